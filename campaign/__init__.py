@@ -1,0 +1,28 @@
+"""Run one function over many items; record every finished task; resume exactly where stopped.
+
+Importing this package does not import JAX.
+"""
+
+from __future__ import annotations
+
+from ._campaign import Campaign as Campaign
+from ._campaign import Failure as Failure
+from ._campaign import Progress as Progress
+from ._engine import checkpointed_map as checkpointed_map
+from ._errors import CampaignError as CampaignError
+from ._errors import DriverBusyError as DriverBusyError
+from ._errors import Interrupted as Interrupted
+from ._errors import ItemError as ItemError
+from ._errors import LedgerError as LedgerError
+from ._errors import ResultError as ResultError
+from ._ledger import Ledger as Ledger
+from ._status import FORMAT_NAME as FORMAT_NAME
+from ._status import FORMAT_VERSION as FORMAT_VERSION
+from ._status import Status as Status
+from ._document import read as read_ledger
+
+__all__ = [
+    "Campaign", "CampaignError", "DriverBusyError", "FORMAT_NAME", "FORMAT_VERSION", "Failure",
+    "Interrupted", "ItemError", "Ledger", "LedgerError", "Progress", "ResultError", "Status",
+    "checkpointed_map", "read_ledger",
+]

@@ -1,0 +1,267 @@
+"""`checkpointed_map`: run fn over items, record each task as it finishes, resume where stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from schedulers import ErrorInfo, Outcome, OutcomeKind, Started, Task, make_scheduler
+from schedulers import Scheduler
+
+from . import _records
+from ._campaign import Campaign, Progress, refused_message
+from ._errors import Interrupted, ResultError
+from ._items import PreparedItem, prepare_items
+from ._jsonvalue import changed_fields, encode_result
+from ._ledger import Ledger
+from ._status import Status
+
+logger = logging.getLogger(__name__)
+
+_ACCEPTED = Status.ACCEPTED.value
+_RUNNING = Status.RUNNING.value
+#: At most this many refused tasks are listed (with their changed fields) in the run's entry.
+REFUSED_LISTED = 1000
+
+
+def checkpointed_map(
+    fn: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+    items: Iterable[Mapping[str, Any]],
+    *,
+    ledger_path: str | Path,
+    resume: bool = True,
+    execution: str | Scheduler = "serial",
+    device_groups: Any = None,
+    retries: int = 0,
+    max_interruptions: int = 3,
+    progress: Callable[[Progress], None] | None = None,
+) -> Campaign:
+    """Run ``fn(item)`` for every item, recording each task in the ledger as it finishes.
+
+    Args:
+        fn: a function of one item returning a flat dict of str -> number/str/bool/None
+            (numpy and JAX scalars are converted).
+        items: dicts of plain JSON, each with a ``task_id`` string that stays the same across
+            restarts.
+        ledger_path: the JSON file that records the campaign (created if missing).
+        resume: keep the accepted tasks of an existing ledger and run the others (the default);
+            False starts over, keeping the old file beside as ``<stem>.replaced-<time><suffix>``.
+        execution: where tasks run: ``"serial"`` (this process), or a `schedulers.Scheduler`.
+        device_groups: device groups for ``execution="processes"`` (not available yet).
+        retries: how many more times a task that raised is run again within this run.
+        max_interruptions: how many times a task whose worker was lost is run again before it
+            is recorded failed.
+        progress: called with a `Progress` after every start and outcome.
+
+    Returns:
+        a `Campaign`; on return every outcome is durable on disk.
+
+    Raises:
+        ItemError: bad items (before anything runs or is written).
+        LedgerError: the ledger is corrupt, foreign or newer (it is not overwritten).
+        DriverBusyError: another live driver runs a campaign on this ledger.
+        KeyboardInterrupt, Interrupted: on Ctrl-C or SIGTERM, after the running task was
+            recorded interrupted and the ledger written.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {fn!r}")
+    for name, value in (("retries", retries), ("max_interruptions", max_interruptions)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    if device_groups is not None and execution == "serial":
+        raise ValueError(
+            "device_groups places tasks on device groups, which execution='serial' does not do; "
+            "drop device_groups or use execution='processes'"
+        )
+    prepared = prepare_items(items)
+    scheduler = make_scheduler(execution)
+    run = _Run(fn, prepared, Ledger(ledger_path), scheduler, retries, max_interruptions, progress)
+    return run.go(resume)
+
+
+class _Run:
+    """One call of `checkpointed_map`: plans the tasks, dispatches them, records outcomes."""
+
+    def __init__(self, fn, prepared: list[PreparedItem], ledger: Ledger, scheduler: Scheduler,
+                 retries: int, max_interruptions: int, progress):
+        self.fn = fn
+        self.prepared = {p.task_id: p for p in prepared}
+        self.ledger = ledger
+        self.scheduler = scheduler
+        self.retries = retries
+        self.max_interruptions = max_interruptions
+        self.progress = progress
+        self.cond = threading.Condition()
+        self.queue: deque[Task] = deque()
+        self.inflight: dict[str, Task] = {}
+        self.tries: dict[str, int] = {}
+        self.refused: dict[str, list[dict[str, Any]]] = {}
+        self.counts = {"accepted": 0, "failed": 0, "done": 0}
+        self.begun = time.monotonic()
+
+    # ------------------------------------------------------------------ the run
+    def go(self, resume: bool) -> Campaign:
+        ledger = self.ledger
+        ledger.open(resume=resume, execution=self.scheduler.name)
+        try:
+            with _sigterm_raises():
+                self._plan()
+                self._dispatch()
+        except BaseException as exc:
+            self._abandon(exc)
+            raise
+        ledger.close("finished")
+        return Campaign.from_records(ledger.path, list(self.prepared), ledger.tasks, self.refused)
+
+    def _plan(self) -> None:
+        tasks = self.ledger.tasks
+        new, kept = {}, 0
+        for tid, p in self.prepared.items():
+            rec = tasks.get(tid)
+            if rec is None:
+                new[tid] = _records.new_record(p.stored, p.fingerprint)
+            elif rec["fingerprint"] != p.fingerprint:
+                self.refused[tid] = changed_fields(rec["item"], p.stored)
+                continue
+            elif rec["status"] == _ACCEPTED:
+                kept += 1
+                continue
+            self.queue.append(Task(tid, p.item, 0))
+        self.counts["accepted"] = kept
+        listed = [{"task_id": tid, "changed": ch}
+                  for tid, ch in list(self.refused.items())[:REFUSED_LISTED]]
+        self.ledger.put_many(new)
+        self.ledger.set_run(total=len(self.prepared), refused=listed,
+                            refused_count=len(self.refused))
+        self.ledger.flush()
+        logger.info("campaign %s: %d tasks, %d accepted earlier, %d to run, %d refused",
+                    self.ledger.path, len(self.prepared), kept, len(self.queue), len(self.refused))
+        for tid, changed in list(self.refused.items())[:20]:
+            logger.warning("%s", refused_message(tid, changed, str(self.ledger.path)))
+
+    def _dispatch(self) -> None:
+        scheduler, cond, queue, inflight = self.scheduler, self.cond, self.queue, self.inflight
+        scheduler.start(self.fn, self._report)
+        try:
+            while True:
+                with cond:
+                    while inflight and not (queue and len(inflight) < scheduler.slots):
+                        cond.wait(1.0)
+                    if not queue and not inflight:
+                        break
+                    batch = []
+                    while queue and len(inflight) < scheduler.slots:
+                        task = queue.popleft()
+                        inflight[task.task_id] = task
+                        batch.append(task)
+                for task in batch:
+                    scheduler.submit(task)
+        finally:
+            scheduler.stop()
+
+    def _abandon(self, exc: BaseException) -> None:
+        """Record the tasks in flight as interrupted, write, and close the run."""
+        why = ErrorInfo(type(exc).__qualname__, str(exc) or "the run was interrupted")
+        with self.cond:
+            for tid in list(self.inflight):
+                rec = self.ledger.tasks.get(tid)
+                if rec is not None and rec["status"] == _RUNNING:
+                    self.ledger.put(tid, _records.finished(rec, Status.INTERRUPTED,
+                                                           at=time.time(), error=why.as_dict()))
+            self.inflight.clear()
+        try:
+            self.ledger.close("interrupted" if isinstance(exc, KeyboardInterrupt) else "crashed")
+        except Exception as close_error:  # keep the original exception
+            logger.error("could not record the interruption in %s: %s", self.ledger.path,
+                         close_error)
+
+    # ------------------------------------------------------------------ events
+    def _record(self, tid: str) -> dict[str, Any]:
+        rec = self.ledger.tasks.get(tid)
+        if rec is None:  # removed by another process (campaign forget) while we ran
+            p = self.prepared[tid]
+            rec = _records.new_record(p.stored, p.fingerprint)
+        return rec
+
+    def _report(self, event: Started | Outcome) -> None:
+        with self.cond:
+            if type(event) is Started:
+                where = event.placement
+                group = None if where.device_group is None else list(where.device_group)
+                self.ledger.put(event.task_id, _records.started(
+                    self._record(event.task_id), host=where.host, pid=where.pid,
+                    worker=where.worker, device_group=group, at=event.time))
+            else:
+                self._finish(event)
+                self.cond.notify()
+        if self.progress is not None:
+            self.progress(self._progress())
+
+    def _finish(self, out: Outcome) -> None:
+        tid = out.task_id
+        task = self.inflight.pop(tid, None)
+        if task is None:
+            logger.warning("ignoring a second outcome for task %r", tid)
+            return
+        rec = self._record(tid)
+        tries = self.tries[tid] = self.tries.get(tid, 0) + 1
+        again = False
+        if out.kind is OutcomeKind.RESULT:
+            try:
+                stored = encode_result(out.result)
+            except ResultError as exc:
+                error = ErrorInfo("ResultError", str(exc))
+                new = _records.finished(rec, Status.FAILED, at=out.ended, error=error.as_dict())
+                again = tries <= self.retries
+            else:
+                new = _records.finished(rec, Status.ACCEPTED, at=out.ended, result=stored)
+        elif out.kind is OutcomeKind.ERROR:
+            new = _records.finished(rec, Status.FAILED, at=out.ended, error=out.error.as_dict())
+            again = tries <= self.retries
+        else:
+            new = _records.finished(rec, Status.INTERRUPTED, at=out.ended,
+                                    error=out.error.as_dict())
+            again = new["interruptions"] <= self.max_interruptions
+            if not again:
+                new["status"] = Status.FAILED.value
+                new["error"] = dict(new["error"], message=(
+                    f"lost {new['interruptions']} times (max_interruptions="
+                    f"{self.max_interruptions}); last cause: {out.error.message}"))
+        self.ledger.put(tid, new)
+        if again:
+            self.queue.append(Task(tid, task.item, task.attempt + 1))
+        else:
+            self.counts["done"] += 1
+            self.counts["accepted" if new["status"] == _ACCEPTED else "failed"] += 1
+
+    def _progress(self) -> Progress:
+        with self.cond:
+            accepted, failed = self.counts["accepted"], self.counts["failed"]
+            total = len(self.prepared)
+            refused = len(self.refused)
+            return Progress(total, accepted, failed, refused, len(self.inflight),
+                            total - accepted - failed - refused - len(self.inflight),
+                            self.counts["done"], time.monotonic() - self.begun)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While active (main thread only), SIGTERM raises `Interrupted` like Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Interrupted(signum, "stopped by SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

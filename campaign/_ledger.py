@@ -1,0 +1,262 @@
+"""The driver's ledger: the state of a campaign in memory, written to disk by group commit.
+
+One writer thread writes the ledger; `Ledger.put` only marks a record dirty. A commit carries
+every change since the previous one, so a campaign of N tasks writes O(N) times only when its
+tasks are slow, and writing takes at most about ``write_share`` of the wall time when they are
+fast. Each commit is a read-merge-write under ``<ledger>.lock``: changes other processes made
+(another worker, ``campaign forget``) are merged, never overwritten.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from . import _document
+from ._atomic import HOST, atomic_write, pid_alive, remove_stale_tmp
+from ._errors import DriverBusyError, LedgerError
+from ._records import merge
+from ._status import RUNS_LIMIT, Status
+
+logger = logging.getLogger(__name__)
+
+_RUNNING = Status.RUNNING.value
+
+
+class Ledger:
+    """A campaign's ledger as its driver holds it. Use `open`, then `put`/`flush`, then `close`.
+
+    Args:
+        path: the ledger file.
+        min_interval: shortest time in seconds between two commits.
+        write_share: the largest share of wall time spent writing; a commit that took ``w``
+            seconds is followed by at least ``w * (1 - write_share) / write_share`` seconds
+            without one.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, min_interval: float = 0.05,
+                 write_share: float = 0.25):
+        self.path = Path(path)
+        self.min_interval = min_interval
+        self.write_share = write_share
+        self.doc: dict[str, Any] = _document.new_document()
+        self.run_id = uuid.uuid4().hex[:12]
+        self.bytes_written = 0
+        self.commits = 0
+        self._state = threading.Lock()
+        self._commit_mutex = threading.Lock()
+        self._wake = threading.Condition(self._state)
+        self._dirty: set[str] = set()
+        self._meta_dirty = False
+        self._closing = False
+        self._next_commit = 0.0
+        self._disk_state: tuple[int, int, int] | None = None
+        self._file_lock = _document.file_lock(self.path)
+        self._driver_lock = FileLock(self.path.with_name(self.path.name + ".driver"),
+                                     timeout=0, thread_local=False)
+        self._writer: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------------ opening
+    @property
+    def tasks(self) -> dict[str, dict[str, Any]]:
+        """Task id -> record (stored form). Read freely; change only through `put`."""
+        return self.doc["tasks"]
+
+    def open(self, *, resume: bool, execution: str) -> None:
+        """Take the driver's lock, load (or start) the ledger and register this run.
+
+        Raises `DriverBusyError` when another live driver runs on this ledger, and `LedgerError`
+        when the file is not a valid ledger.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._driver_lock.acquire()
+        except Timeout:
+            raise DriverBusyError(self._busy_message()) from None
+        try:
+            with self._file_lock:
+                remove_stale_tmp(self.path)
+                if self.path.exists():
+                    doc = _document.read(self.path)
+                    if not resume:
+                        saved = _document.backup_path(self.path, "replaced")
+                        os.replace(self.path, saved)
+                        logger.info("resume=False: the old ledger was kept as %s", saved)
+                        doc = _document.new_document()
+                    else:
+                        self._take_over(doc)
+                    self.doc = doc
+                now = time.time()
+                self.doc["runs"] = (self.doc["runs"] + [{
+                    "id": self.run_id, "host": HOST, "pid": os.getpid(), "execution": execution,
+                    "started": now, "ended": None, "status": "running", "refused": [],
+                }])[-RUNS_LIMIT:]
+                self._write_locked()
+        except BaseException:
+            self._driver_lock.release()
+            raise
+        self._writer = threading.Thread(target=self._write_loop, name="ledger-writer", daemon=True)
+        self._writer.start()
+
+    def _busy_message(self) -> str:
+        run = None
+        try:
+            runs = _document.read(self.path)["runs"]
+            run = next((r for r in reversed(runs) if r.get("status") == "running"), None)
+        except LedgerError:
+            pass
+        who = f"pid {run['pid']} on host {run['host']}" if run else "another process"
+        return (
+            f"ledger {self.path} is in use by a live campaign driver ({who}); wait for it to "
+            "finish, stop it, or pass another ledger_path"
+        )
+
+    def _take_over(self, doc: dict[str, Any]) -> None:
+        """We hold the driver's lock, so no earlier driver is alive: its leftovers are ours."""
+        for run in doc["runs"]:
+            if run.get("status") == "running":
+                same_host_alive = run.get("host") == HOST and run.get("pid") != os.getpid() \
+                    and pid_alive(run.get("pid", -1))
+                if same_host_alive:
+                    logger.warning("ledger %s names a live driver (pid %s) that does not hold the "
+                                   "driver lock; taking over", self.path, run.get("pid"))
+                run["status"] = "crashed"
+        tasks = doc["tasks"]
+        stale = [tid for tid, rec in tasks.items() if rec["status"] == _RUNNING]
+        for tid in stale:
+            rec = dict(tasks[tid])
+            rec.update(status=Status.INTERRUPTED.value,
+                       interruptions=rec.get("interruptions", 0) + 1,
+                       error={"type": "DriverLost",
+                              "message": "the driver stopped while this task ran (killed, "
+                                         "crashed or lost its node)", "traceback": ""})
+            tasks[tid] = rec
+        if stale:
+            logger.info("%d task(s) left running by a dead driver are now interrupted", len(stale))
+
+    # ------------------------------------------------------------------ updates
+    @property
+    def run(self) -> dict[str, Any]:
+        """This run's entry in the ledger's ``runs`` list."""
+        return next(r for r in self.doc["runs"] if r["id"] == self.run_id)
+
+    def put(self, task_id: str, record: dict[str, Any]) -> None:
+        """Store a new record for a task; it reaches the disk with the next commit."""
+        with self._state:
+            self.doc["tasks"][task_id] = record
+            self._dirty.add(task_id)
+            self._wake.notify()
+
+    def put_many(self, records: dict[str, dict[str, Any]]) -> None:
+        with self._state:
+            self.doc["tasks"].update(records)
+            self._dirty.update(records)
+            self._wake.notify()
+
+    def set_run(self, **fields: Any) -> None:
+        """Change fields of this run's entry (e.g. ``refused``, ``status``)."""
+        with self._state:
+            self.run.update(fields)
+            self._meta_dirty = True
+            self._wake.notify()
+
+    def flush(self) -> None:
+        """Commit every change now; on return all of them are durable on disk."""
+        self._raise_writer_error()
+        self._commit()
+
+    def close(self, status: str) -> None:
+        """Finish this run (``finished``, ``interrupted`` ...), flush, stop the writer, unlock."""
+        try:
+            self.set_run(status=status, ended=time.time())
+            with self._state:
+                self._closing = True
+                self._wake.notify()
+            if self._writer is not None:
+                self._writer.join()
+            self._commit()
+            self._raise_writer_error()
+        finally:
+            if self._driver_lock.is_locked:
+                self._driver_lock.release()
+
+    # ------------------------------------------------------------------ writing
+    def _raise_writer_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise LedgerError(f"writing ledger {self.path} failed: {error}") from error
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._state:
+                while not (self._dirty or self._meta_dirty or self._closing):
+                    self._wake.wait()
+                if self._closing:
+                    return
+                delay = self._next_commit - time.monotonic()
+                if delay > 0:
+                    self._wake.wait(delay)
+                    continue
+            try:
+                self._commit()
+            except Exception as exc:  # reported to the driver by flush/close
+                logger.error("writing ledger %s failed: %s", self.path, exc)
+                self._error = exc
+                with self._state:
+                    self._next_commit = time.monotonic() + 1.0
+
+    def _commit(self) -> None:
+        with self._commit_mutex:
+            begun = time.monotonic()
+            with self._file_lock:
+                with self._state:
+                    if not (self._dirty or self._meta_dirty):
+                        return
+                self._write_locked()
+            spent = time.monotonic() - begun
+            pause = max(self.min_interval, spent * (1 - self.write_share) / self.write_share)
+            self._next_commit = time.monotonic() + pause
+
+    def _write_locked(self) -> None:
+        """Merge foreign changes and write; the caller holds ``<ledger>.lock``."""
+        with self._state:
+            if self._disk_state is not None and _document.file_state(self.path) != self._disk_state:
+                self._merge_from_disk()
+            self.doc["updated"] = time.time()
+            data = _document.dumps(self.doc)
+            taken, self._dirty = self._dirty, set()
+            meta, self._meta_dirty = self._meta_dirty, False
+        try:
+            st = atomic_write(self.path, data)
+        except BaseException:
+            with self._state:
+                self._dirty |= taken
+                self._meta_dirty = self._meta_dirty or meta
+            raise
+        self._disk_state = (st.st_ino, st.st_size, st.st_mtime_ns)
+        self.bytes_written += len(data)
+        self.commits += 1
+
+    def _merge_from_disk(self) -> None:
+        """Another process replaced the file: adopt its records except those we changed."""
+        try:
+            disk = _document.read(self.path)
+        except LedgerError as exc:
+            raise LedgerError(f"{exc} (found while merging; this run's changes are kept in "
+                              "memory and the file was not overwritten)") from None
+        ours = self.doc["tasks"]
+        tasks = disk["tasks"]
+        for tid in self._dirty:
+            tasks[tid] = merge(tasks.get(tid), ours[tid])
+        mine = self.run
+        disk["runs"] = [r for r in disk["runs"] if r.get("id") != self.run_id] + [mine]
+        self.doc = disk
+        logger.debug("merged changes made by another process into %s", self.path)

@@ -1,0 +1,35 @@
+"""The interface every scheduler implements. Schedulers know nothing of ledgers."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, ClassVar
+
+from ._events import Report, Task
+
+
+class Scheduler(abc.ABC):
+    """Runs ``fn(item)`` somewhere and reports each task's start and outcome.
+
+    The engine calls `start` once, then `submit` for at most `slots` tasks at a time, then `stop`.
+    `report` may be called from any thread; it must be called with a `Started` event before
+    ``fn`` runs and exactly once with an `Outcome` per submitted task (unless `stop` comes first).
+    """
+
+    name: ClassVar[str]
+
+    @property
+    @abc.abstractmethod
+    def slots(self) -> int:
+        """How many tasks this scheduler runs at once."""
+
+    def start(self, fn: Callable[[Any], Any], report: Report) -> None:
+        self.fn = fn
+        self.report = report
+
+    @abc.abstractmethod
+    def submit(self, task: Task) -> None:
+        """Run ``task`` (or queue it); report its start and outcome through ``report``."""
+
+    def stop(self) -> None:
+        """Release workers. Tasks still running are abandoned; the engine records them."""

@@ -1,0 +1,87 @@
+"""What a scheduler reports to the engine: a task started, or its outcome. Named once here."""
+
+from __future__ import annotations
+
+import enum
+import os
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Union
+
+from ._host import HOST
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One run of ``fn(item)``: the task's id, its item (plain JSON) and the attempt number."""
+
+    task_id: str
+    item: Any
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a task ran: host, process, the scheduler's worker/job id and the device group."""
+
+    host: str = HOST
+    pid: int = 0
+    worker: str | None = None
+    device_group: tuple[int, ...] | None = None
+
+    @classmethod
+    def here(cls, worker: str | None = None,
+             device_group: tuple[int, ...] | None = None) -> Placement:
+        return cls(HOST, os.getpid(), worker, device_group)
+
+
+class OutcomeKind(str, enum.Enum):
+    """``result``: fn returned. ``error``: fn raised. ``lost``: the infrastructure lost the task
+    (worker died, job cancelled, walltime) -- not the task's fault."""
+
+    RESULT = "result"
+    ERROR = "error"
+    LOST = "lost"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """An error that crossed a process boundary as text: type name, message, traceback."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(type(exc).__qualname__, str(exc), tb)
+
+    def as_dict(self) -> dict[str, str]:
+        return {"type": self.type, "message": self.message, "traceback": self.traceback}
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    task_id: str
+    attempt: int
+    placement: Placement
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an attempt ended. ``result`` is set for RESULT, ``error`` for ERROR and LOST."""
+
+    task_id: str
+    attempt: int
+    kind: OutcomeKind
+    placement: Placement
+    started: float
+    ended: float
+    result: Any = None
+    error: ErrorInfo | None = None
+
+
+Event = Union[Started, Outcome]
+Report = Callable[[Event], None]

@@ -1,0 +1,39 @@
+"""The serial scheduler: each task runs in this process, one after another."""
+
+from __future__ import annotations
+
+import time
+
+from ._base import Scheduler
+from ._events import ErrorInfo, Outcome, OutcomeKind, Placement, Started, Task
+
+
+class SerialScheduler(Scheduler):
+    """Runs tasks in the calling process. `submit` returns after the task has finished.
+
+    ``KeyboardInterrupt`` and other non-``Exception`` errors raised by ``fn`` propagate to the
+    caller (the engine records the task interrupted); an ``Exception`` is the task's failure.
+    """
+
+    name = "serial"
+
+    def __init__(self) -> None:
+        self._placement = Placement.here()
+
+    @property
+    def slots(self) -> int:
+        return 1
+
+    def submit(self, task: Task) -> None:
+        where = self._placement
+        begun = time.time()
+        self.report(Started(task.task_id, task.attempt, where, begun))
+        try:
+            value = self.fn(task.item)
+        except Exception as exc:
+            exc = exc.with_traceback(exc.__traceback__.tb_next)  # drop this frame
+            self.report(Outcome(task.task_id, task.attempt, OutcomeKind.ERROR, where, begun,
+                                time.time(), error=ErrorInfo.from_exception(exc)))
+        else:
+            self.report(Outcome(task.task_id, task.attempt, OutcomeKind.RESULT, where, begun,
+                                time.time(), result=value))
