@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ._jsonvalue import decode, decode_flat
-from ._status import Status
+from ._status import ACCEPTED, FAILED, Status
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,54 +59,61 @@ class Campaign:
         records: task id -> the task's ledger record (status, attempts, item, fingerprint,
             result, error, host, pid, times, history), in the order of items.
         refused: the task ids refused because their item changed.
+        ledger_writes: how many times this run wrote the ledger (group commits).
+        ledger_bytes_written: how many bytes those writes wrote.
     """
 
     ledger_path: Path
     task_ids: tuple[str, ...]
     results: list[dict[str, Any]]
     failures: list[Failure]
-    records: dict[str, dict[str, Any]]
+    records: Mapping[str, dict[str, Any]]
     refused: tuple[str, ...] = field(default=())
+    ledger_writes: int = 0
+    ledger_bytes_written: int = 0
 
     @classmethod
     def from_records(cls, ledger_path: Path, task_ids: list[str],
                      stored: dict[str, dict[str, Any]],
-                     refused: dict[str, list[dict[str, Any]]]) -> Campaign:
-        results, failures, records = [], [], {}
+                     refused: dict[str, list[dict[str, Any]]], **stats: int) -> Campaign:
+        results, failures = [], []
         for tid in task_ids:
             rec = stored.get(tid)
             if rec is None:
                 continue
-            records[tid] = _decoded(rec)
             if tid in refused:
                 failures.append(Failure(
-                    tid, "refused", "ItemChanged", refused_message(tid, refused[tid], str(ledger_path)),
+                    tid, "refused", "ItemChanged",
+                    refused_message(tid, refused[tid], str(ledger_path)),
                     attempts=rec["attempts"], changed=tuple(refused[tid])))
-            elif rec["status"] == Status.ACCEPTED.value:
-                results.append(records[tid]["result"])
-            elif rec["status"] == Status.FAILED.value:
+            elif rec["status"] == ACCEPTED:
+                results.append(decode_flat(rec["result"]))
+            elif rec["status"] == FAILED:
                 error = rec["error"] or {}
                 failures.append(Failure(
                     tid, "failed", error.get("type", "?"), error.get("message", ""),
                     error.get("traceback", ""), rec["attempts"]))
+        records = _Records({tid: stored[tid] for tid in task_ids if tid in stored})
         return cls(Path(ledger_path), tuple(task_ids), results, failures, records,
-                   tuple(refused))
+                   tuple(refused), **stats)
 
     def result(self, task_id: str) -> dict[str, Any] | None:
         """The accepted result of one task, or None."""
-        rec = self.records.get(task_id)
-        if rec is None or task_id in self.refused or rec["status"] != Status.ACCEPTED.value:
+        if task_id not in self.records or task_id in self.refused:
             return None
-        return rec["result"]
+        if _status_of(self.records, task_id) != ACCEPTED:
+            return None
+        return self.records[task_id]["result"]
 
     @property
     def counts(self) -> dict[str, int]:
         """Number of tasks by status (``refused`` counted apart from the record's status)."""
         out = {s.value: 0 for s in Status}
         out["refused"] = len(self.refused)
-        for tid, rec in self.records.items():
-            if tid not in self.refused:
-                out[rec["status"]] += 1
+        refused = set(self.refused)
+        for tid in self.records:
+            if tid not in refused:
+                out[_status_of(self.records, tid)] += 1
         return out
 
     @property
@@ -118,12 +126,37 @@ class Campaign:
         return f"Campaign({str(self.ledger_path)!r}, {len(self.task_ids)} tasks: {counts})"
 
 
-def _decoded(rec: dict[str, Any]) -> dict[str, Any]:
-    out = dict(rec)
-    out["item"] = decode(rec["item"])
-    if rec["result"] is not None:
-        out["result"] = decode_flat(rec["result"])
-    return out
+def _status_of(records: Mapping[str, dict[str, Any]], task_id: str) -> str:
+    if isinstance(records, _Records):
+        return records.status(task_id)
+    return records[task_id]["status"]
+
+
+class _Records(Mapping):
+    """Task id -> record, decoded from the stored form when looked up."""
+
+    def __init__(self, stored: dict[str, dict[str, Any]]):
+        self._stored = stored
+
+    def __getitem__(self, task_id: str) -> dict[str, Any]:
+        rec = self._stored[task_id]
+        out = dict(rec)
+        out["item"] = decode(rec["item"])
+        if rec["result"] is not None:
+            out["result"] = decode_flat(rec["result"])
+        return out
+
+    def status(self, task_id: str) -> str:
+        return self._stored[task_id]["status"]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stored)
+
+    def __len__(self) -> int:
+        return len(self._stored)
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} task records>"
 
 
 def refused_message(task_id: str, changed: list[dict[str, Any]], ledger: str) -> str:

@@ -20,12 +20,9 @@ from ._errors import Interrupted, ResultError
 from ._items import PreparedItem, prepare_items
 from ._jsonvalue import changed_fields, encode_result
 from ._ledger import Ledger
-from ._status import Status
+from ._status import ACCEPTED, FAILED, INTERRUPTED, RUNNING
 
 logger = logging.getLogger(__name__)
-
-_ACCEPTED = Status.ACCEPTED.value
-_RUNNING = Status.RUNNING.value
 #: At most this many refused tasks are listed (with their changed fields) in the run's entry.
 REFUSED_LISTED = 1000
 
@@ -41,6 +38,7 @@ def checkpointed_map(
     retries: int = 0,
     max_interruptions: int = 3,
     progress: Callable[[Progress], None] | None = None,
+    commit_interval: float = 0.05,
 ) -> Campaign:
     """Run ``fn(item)`` for every item, recording each task in the ledger as it finishes.
 
@@ -58,6 +56,9 @@ def checkpointed_map(
         max_interruptions: how many times a task whose worker was lost is run again before it
             is recorded failed.
         progress: called with a `Progress` after every start and outcome.
+        commit_interval: the shortest time in seconds between two ledger writes (group commit);
+            raise it on slow shared file systems. Outcomes arriving in between are written
+            together; checkpointed_map returns only once all are durable.
 
     Returns:
         a `Campaign`; on return every outcome is durable on disk.
@@ -81,7 +82,10 @@ def checkpointed_map(
         )
     prepared = prepare_items(items)
     scheduler = make_scheduler(execution)
-    run = _Run(fn, prepared, Ledger(ledger_path), scheduler, retries, max_interruptions, progress)
+    if not commit_interval >= 0:
+        raise ValueError(f"commit_interval must be >= 0 seconds, got {commit_interval!r}")
+    ledger = Ledger(ledger_path, min_interval=commit_interval)
+    run = _Run(fn, prepared, ledger, scheduler, retries, max_interruptions, progress)
     return run.go(resume)
 
 
@@ -117,7 +121,9 @@ class _Run:
             self._abandon(exc)
             raise
         ledger.close("finished")
-        return Campaign.from_records(ledger.path, list(self.prepared), ledger.tasks, self.refused)
+        return Campaign.from_records(ledger.path, list(self.prepared), ledger.tasks, self.refused,
+                                     ledger_writes=ledger.commits,
+                                     ledger_bytes_written=ledger.bytes_written)
 
     def _plan(self) -> None:
         tasks = self.ledger.tasks
@@ -129,7 +135,7 @@ class _Run:
             elif rec["fingerprint"] != p.fingerprint:
                 self.refused[tid] = changed_fields(rec["item"], p.stored)
                 continue
-            elif rec["status"] == _ACCEPTED:
+            elif rec["status"] == ACCEPTED:
                 kept += 1
                 continue
             self.queue.append(Task(tid, p.item, 0))
@@ -171,8 +177,8 @@ class _Run:
         with self.cond:
             for tid in list(self.inflight):
                 rec = self.ledger.tasks.get(tid)
-                if rec is not None and rec["status"] == _RUNNING:
-                    self.ledger.put(tid, _records.finished(rec, Status.INTERRUPTED,
+                if rec is not None and rec["status"] == RUNNING:
+                    self.ledger.put(tid, _records.finished(rec, INTERRUPTED,
                                                            at=time.time(), error=why.as_dict()))
             self.inflight.clear()
         try:
@@ -210,6 +216,10 @@ class _Run:
             logger.warning("ignoring a second outcome for task %r", tid)
             return
         rec = self._record(tid)
+        if rec["status"] == ACCEPTED:  # another process accepted it meanwhile: that result stays
+            self.counts["done"] += 1
+            self.counts["accepted"] += 1
+            return
         tries = self.tries[tid] = self.tries.get(tid, 0) + 1
         again = False
         if out.kind is OutcomeKind.RESULT:
@@ -217,19 +227,19 @@ class _Run:
                 stored = encode_result(out.result)
             except ResultError as exc:
                 error = ErrorInfo("ResultError", str(exc))
-                new = _records.finished(rec, Status.FAILED, at=out.ended, error=error.as_dict())
+                new = _records.finished(rec, FAILED, at=out.ended, error=error.as_dict())
                 again = tries <= self.retries
             else:
-                new = _records.finished(rec, Status.ACCEPTED, at=out.ended, result=stored)
+                new = _records.finished(rec, ACCEPTED, at=out.ended, result=stored)
         elif out.kind is OutcomeKind.ERROR:
-            new = _records.finished(rec, Status.FAILED, at=out.ended, error=out.error.as_dict())
+            new = _records.finished(rec, FAILED, at=out.ended, error=out.error.as_dict())
             again = tries <= self.retries
         else:
-            new = _records.finished(rec, Status.INTERRUPTED, at=out.ended,
+            new = _records.finished(rec, INTERRUPTED, at=out.ended,
                                     error=out.error.as_dict())
             again = new["interruptions"] <= self.max_interruptions
             if not again:
-                new["status"] = Status.FAILED.value
+                new["status"] = FAILED
                 new["error"] = dict(new["error"], message=(
                     f"lost {new['interruptions']} times (max_interruptions="
                     f"{self.max_interruptions}); last cause: {out.error.message}"))
@@ -238,7 +248,7 @@ class _Run:
             self.queue.append(Task(tid, task.item, task.attempt + 1))
         else:
             self.counts["done"] += 1
-            self.counts["accepted" if new["status"] == _ACCEPTED else "failed"] += 1
+            self.counts["accepted" if new["status"] == ACCEPTED else "failed"] += 1
 
     def _progress(self) -> Progress:
         with self.cond:

@@ -51,6 +51,11 @@ def encode_item(value: Any, where: str, parts: list[Any] | None = None) -> Any:
     scalars are converted; non-finite floats are tagged. Anything else raises `ItemError`
     naming ``where`` and the path inside it.
     """
+    kind = type(value)
+    if kind is str or kind is bool or value is None:  # fast path for the common leaves
+        return value
+    if kind is float and value - value == 0.0:
+        return value
     parts = [] if parts is None else parts
     value = _scalar_of(value)
     if value is None or isinstance(value, (bool, str)):
@@ -72,6 +77,11 @@ def encode_item(value: Any, where: str, parts: list[Any] | None = None) -> Any:
                     f"{where}{_path(parts)} has the key {key!r} of type {type(key).__name__}; "
                     "JSON object keys are strings: use str(key)"
                 )
+            kind = type(sub)
+            if kind is str or kind is bool or sub is None or (kind is int and
+                                                               _INT_MIN <= sub <= _INT_MAX):
+                out[key] = sub
+                continue
             parts.append(key)
             out[key] = encode_item(sub, where, parts)
             parts.pop()

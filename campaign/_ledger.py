@@ -23,11 +23,10 @@ from . import _document
 from ._atomic import HOST, atomic_write, pid_alive, remove_stale_tmp
 from ._errors import DriverBusyError, LedgerError
 from ._records import merge
-from ._status import RUNS_LIMIT, Status
+from ._status import ACCEPTED, INTERRUPTED, RUNNING, RUNS_LIMIT
 
 logger = logging.getLogger(__name__)
 
-_RUNNING = Status.RUNNING.value
 
 
 class Ledger:
@@ -50,18 +49,21 @@ class Ledger:
         self.run_id = uuid.uuid4().hex[:12]
         self.bytes_written = 0
         self.commits = 0
+        self.merges = 0
         self._state = threading.Lock()
         self._commit_mutex = threading.Lock()
         self._wake = threading.Condition(self._state)
         self._dirty: set[str] = set()
         self._meta_dirty = False
         self._closing = False
+        self._writer_idle = False
         self._next_commit = 0.0
         self._disk_state: tuple[int, int, int] | None = None
         self._file_lock = _document.file_lock(self.path)
         self._driver_lock = FileLock(self.path.with_name(self.path.name + ".driver"),
                                      timeout=0, thread_local=False)
         self._writer: threading.Thread | None = None
+        self.driver = True
         self._error: BaseException | None = None
 
     # ------------------------------------------------------------------ opening
@@ -70,13 +72,26 @@ class Ledger:
         """Task id -> record (stored form). Read freely; change only through `put`."""
         return self.doc["tasks"]
 
-    def open(self, *, resume: bool, execution: str) -> None:
-        """Take the driver's lock, load (or start) the ledger and register this run.
+    def open(self, *, resume: bool = True, execution: str = "serial", driver: bool = True) -> None:
+        """Load (or start) the ledger; as its driver, take the driver's lock and register a run.
+
+        With ``driver=False`` the ledger is opened as one of several writers (workers): no lock
+        is held between commits, no run is registered and nothing is taken over.
 
         Raises `DriverBusyError` when another live driver runs on this ledger, and `LedgerError`
         when the file is not a valid ledger.
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.driver = driver
+        if not driver:
+            with self._file_lock:
+                if self.path.exists():
+                    self.doc = _document.read(self.path)
+                else:
+                    self._write_locked()
+                self._disk_state = _document.file_state(self.path)
+            self._start_writer()
+            return
         try:
             self._driver_lock.acquire()
         except Timeout:
@@ -103,6 +118,9 @@ class Ledger:
         except BaseException:
             self._driver_lock.release()
             raise
+        self._start_writer()
+
+    def _start_writer(self) -> None:
         self._writer = threading.Thread(target=self._write_loop, name="ledger-writer", daemon=True)
         self._writer.start()
 
@@ -130,10 +148,10 @@ class Ledger:
                                    "driver lock; taking over", self.path, run.get("pid"))
                 run["status"] = "crashed"
         tasks = doc["tasks"]
-        stale = [tid for tid, rec in tasks.items() if rec["status"] == _RUNNING]
+        stale = [tid for tid, rec in tasks.items() if rec["status"] == RUNNING]
         for tid in stale:
             rec = dict(tasks[tid])
-            rec.update(status=Status.INTERRUPTED.value,
+            rec.update(status=INTERRUPTED,
                        interruptions=rec.get("interruptions", 0) + 1,
                        error={"type": "DriverLost",
                               "message": "the driver stopped while this task ran (killed, "
@@ -144,21 +162,38 @@ class Ledger:
 
     # ------------------------------------------------------------------ updates
     @property
-    def run(self) -> dict[str, Any]:
-        """This run's entry in the ledger's ``runs`` list."""
-        return next(r for r in self.doc["runs"] if r["id"] == self.run_id)
+    def run(self) -> dict[str, Any] | None:
+        """This run's entry in the ledger's ``runs`` list (None unless opened as the driver)."""
+        return next((r for r in self.doc["runs"] if r["id"] == self.run_id), None)
 
-    def put(self, task_id: str, record: dict[str, Any]) -> None:
-        """Store a new record for a task; it reaches the disk with the next commit."""
+    def put(self, task_id: str, record: dict[str, Any]) -> bool:
+        """Store a new record for a task; it reaches the disk with the next commit.
+
+        An accepted record is final: replacing it is refused (returns False, changes nothing).
+        Only `campaign forget` removes one.
+        """
         with self._state:
-            self.doc["tasks"][task_id] = record
+            tasks = self.doc["tasks"]
+            current = tasks.get(task_id)
+            if current is not None and current["status"] == ACCEPTED:
+                logger.debug("task %r is already accepted; a new record for it was dropped",
+                             task_id)
+                return False
+            tasks[task_id] = record
             self._dirty.add(task_id)
-            self._wake.notify()
+            if self._writer_idle:
+                self._wake.notify()
+            return True
 
     def put_many(self, records: dict[str, dict[str, Any]]) -> None:
+        """`put` for several records at once."""
         with self._state:
-            self.doc["tasks"].update(records)
-            self._dirty.update(records)
+            tasks = self.doc["tasks"]
+            for task_id, record in records.items():
+                current = tasks.get(task_id)
+                if current is None or current["status"] != ACCEPTED:
+                    tasks[task_id] = record
+                    self._dirty.add(task_id)
             self._wake.notify()
 
     def set_run(self, **fields: Any) -> None:
@@ -176,7 +211,8 @@ class Ledger:
     def close(self, status: str) -> None:
         """Finish this run (``finished``, ``interrupted`` ...), flush, stop the writer, unlock."""
         try:
-            self.set_run(status=status, ended=time.time())
+            if self.driver:
+                self.set_run(status=status, ended=time.time())
             with self._state:
                 self._closing = True
                 self._wake.notify()
@@ -198,7 +234,9 @@ class Ledger:
         while True:
             with self._state:
                 while not (self._dirty or self._meta_dirty or self._closing):
+                    self._writer_idle = True
                     self._wake.wait()
+                    self._writer_idle = False
                 if self._closing:
                     return
                 delay = self._next_commit - time.monotonic()
@@ -257,6 +295,8 @@ class Ledger:
         for tid in self._dirty:
             tasks[tid] = merge(tasks.get(tid), ours[tid])
         mine = self.run
-        disk["runs"] = [r for r in disk["runs"] if r.get("id") != self.run_id] + [mine]
+        if mine is not None:
+            disk["runs"] = [r for r in disk["runs"] if r.get("id") != self.run_id] + [mine]
         self.doc = disk
+        self.merges += 1
         logger.debug("merged changes made by another process into %s", self.path)

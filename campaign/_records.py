@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._status import HISTORY_LIMIT, Status
-
-_ACCEPTED = Status.ACCEPTED.value
-_RUNNING = Status.RUNNING.value
+from ._status import ACCEPTED, HISTORY_LIMIT, INTERRUPTED, PENDING, RUNNING
 
 
 def new_record(item: Any, fingerprint: str) -> dict[str, Any]:
     """The record of a task the campaign knows but has not started."""
     return {
-        "status": Status.PENDING.value,
+        "status": PENDING,
         "attempts": 0,
         "interruptions": 0,
         "item": item,
@@ -66,7 +63,7 @@ def started(
         history = (history + [_history_entry(rec)])[-HISTORY_LIMIT:]
     new = dict(rec)
     new.update(
-        status=_RUNNING,
+        status=RUNNING,
         attempts=rec["attempts"] + 1,
         result=None,
         error=None,
@@ -84,23 +81,23 @@ def started(
 
 def finished(
     rec: dict[str, Any],
-    status: Status,
+    status: str,
     *,
     at: float,
     result: dict[str, Any] | None = None,
     error: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The running attempt ends as accepted, failed or interrupted."""
+    """The running attempt ends with ``status`` ``accepted``, ``failed`` or ``interrupted``."""
     new = dict(rec)
     begun = rec["started"]
     new.update(
-        status=status.value,
+        status=status,
         result=result,
         error=error,
         ended=at,
         duration=None if begun is None else max(0.0, at - begun),
     )
-    if status is Status.INTERRUPTED:
+    if status == INTERRUPTED:
         new["interruptions"] = rec.get("interruptions", 0) + 1
     return new
 
@@ -111,6 +108,6 @@ def merge(on_disk: dict[str, Any] | None, mine: dict[str, Any]) -> dict[str, Any
     An accepted record on disk is never replaced: a task once accepted keeps its result and is
     never run again. Otherwise this process's newer record wins.
     """
-    if on_disk is not None and on_disk["status"] == _ACCEPTED:
+    if on_disk is not None and on_disk["status"] == ACCEPTED:
         return on_disk
     return mine

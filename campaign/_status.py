@@ -27,8 +27,8 @@ class Status(str, enum.Enum):
         return self.value
 
 
-#: Statuses that are run (again) when a campaign resumes.
-RUNNABLE = frozenset({Status.PENDING, Status.FAILED, Status.INTERRUPTED})
+#: The statuses as plain strings, for the hot paths and for comparing with loaded records.
+PENDING, RUNNING, ACCEPTED, FAILED, INTERRUPTED = (s.value for s in Status)
 #: How many earlier attempts a record keeps in its ``history``.
 HISTORY_LIMIT = 5
 #: How many runs the ledger keeps in its ``runs`` list.

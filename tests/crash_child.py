@@ -1,0 +1,38 @@
+"""A campaign run by tests/test_crash.py, which SIGKILLs it at random moments.
+
+Usage: python crash_child.py LEDGER CALL_LOG N_TASKS
+fn appends "<task_id> <pid>" to CALL_LOG before it works, so the test can check that no task is
+ever run again after it was seen accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import time
+
+from campaign import checkpointed_map
+
+
+def expected(i: int) -> dict:
+    return {"y": i * i + 0.5, "tag": f"t{i:04d}", "inf": float("inf") if i % 5 == 0 else 1.0}
+
+
+def main() -> None:
+    ledger, log, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def fn(item):
+        os.write(fd, f"{item['task_id']} {os.getpid()}\n".encode())
+        time.sleep(item["delay"])
+        return expected(item["x"])
+
+    items = [{"task_id": f"t{i:04d}", "x": i, "delay": (i % 7) * 0.002} for i in range(n)]
+    print("ready", flush=True)
+    checkpointed_map(fn, items, ledger_path=ledger, commit_interval=0.002)
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

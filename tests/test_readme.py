@@ -1,0 +1,27 @@
+"""The README's two quick-start commands are the ones that work: CI runs the test command
+verbatim, and the main command's program exists (tests/test_examples.py runs it)."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import ROOT
+
+
+def quick_start_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.+?)\n```", section)
+
+
+def test_quick_start_has_exactly_two_commands():
+    run, test = quick_start_commands()
+    assert run.startswith("pip install -e . && python examples/")
+    assert (ROOT / run.split("python ", 1)[1].split()[0]).exists()
+    assert test.startswith('pip install -e ".[test]" && ')
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    _, test = quick_start_commands()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"{test} || status=$?" in ci
