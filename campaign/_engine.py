@@ -37,8 +37,10 @@ def checkpointed_map(
     device_groups: Any = None,
     retries: int = 0,
     max_interruptions: int = 3,
+    timeout: float | None = None,
     progress: Callable[[Progress], None] | None = None,
     commit_interval: float = 0.05,
+    **scheduler_options: Any,
 ) -> Campaign:
     """Run ``fn(item)`` for every item, recording each task in the ledger as it finishes.
 
@@ -50,15 +52,22 @@ def checkpointed_map(
         ledger_path: the JSON file that records the campaign (created if missing).
         resume: keep the accepted tasks of an existing ledger and run the others (the default);
             False starts over, keeping the old file beside as ``<stem>.replaced-<time><suffix>``.
-        execution: where tasks run: ``"serial"`` (this process), or a `schedulers.Scheduler`.
-        device_groups: device groups for ``execution="processes"`` (not available yet).
+        execution: where tasks run: ``"serial"`` (this process, one after another),
+            ``"processes"`` (one worker process per device group), or a `schedulers.Scheduler`.
+        device_groups: for ``"processes"``: a list of tuples of device ids, one worker each
+            (``solvers.mesh_groups(mesh, (1,) * n)`` for one GPU per task). Default: one group
+            per visible GPU, else one CPU worker per core.
         retries: how many more times a task that raised is run again within this run.
         max_interruptions: how many times a task whose worker was lost is run again before it
             is recorded failed.
+        timeout: for ``"processes"``: seconds a task may run before its worker is killed and
+            the task fails with ``TaskTimeout``.
         progress: called with a `Progress` after every start and outcome.
         commit_interval: the shortest time in seconds between two ledger writes (group commit);
             raise it on slow shared file systems. Outcomes arriving in between are written
             together; checkpointed_map returns only once all are durable.
+        scheduler_options: further options of the chosen scheduler (e.g. ``workers=`` for
+            ``"processes"``).
 
     Returns:
         a `Campaign`; on return every outcome is durable on disk.
@@ -75,13 +84,14 @@ def checkpointed_map(
     for name, value in (("retries", retries), ("max_interruptions", max_interruptions)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    if device_groups is not None and execution == "serial":
+    if execution == "serial" and (device_groups is not None or timeout is not None):
         raise ValueError(
-            "device_groups places tasks on device groups, which execution='serial' does not do; "
-            "drop device_groups or use execution='processes'"
+            "device_groups and timeout need worker processes, which execution='serial' does not "
+            "use; drop them or pass execution='processes'"
         )
     prepared = prepare_items(items)
-    scheduler = make_scheduler(execution)
+    scheduler = make_scheduler(execution, device_groups=device_groups, timeout=timeout,
+                               **scheduler_options)
     if not commit_interval >= 0:
         raise ValueError(f"commit_interval must be >= 0 seconds, got {commit_interval!r}")
     ledger = Ledger(ledger_path, min_interval=commit_interval)
@@ -168,6 +178,7 @@ class _Run:
                         batch.append(task)
                 for task in batch:
                     scheduler.submit(task)
+                scheduler.flush()
         finally:
             scheduler.stop()
 

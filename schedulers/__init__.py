@@ -1,10 +1,11 @@
-"""Where tasks run: serial now; device-group processes, dask and Slurm build on the same interface.
+"""Where tasks run: in this process, in worker processes per device group, on dask, on Slurm.
 
 Importing this package does not import JAX.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ._base import Scheduler as Scheduler
@@ -16,20 +17,30 @@ from ._events import Placement as Placement
 from ._events import Report as Report
 from ._events import Started as Started
 from ._events import Task as Task
+from ._devices import normalize_groups as normalize_groups
+from ._devices import visible_gpus as visible_gpus
+from ._processes import ProcessesScheduler as ProcessesScheduler
 from ._serial import SerialScheduler as SerialScheduler
 
 #: Execution names and the schedulers they select.
-SCHEDULERS: dict[str, type[Scheduler]] = {"serial": SerialScheduler}
+SCHEDULERS: dict[str, type[Scheduler]] = {"serial": SerialScheduler,
+                                          "processes": ProcessesScheduler}
 #: Names that are part of the design but not available in this version.
-PLANNED = ("processes", "dask", "slurm")
+PLANNED = ("dask", "slurm")
 
 
 def make_scheduler(execution: str | Scheduler, **options: Any) -> Scheduler:
     """The scheduler named by ``execution`` (or ``execution`` itself if it is one).
 
-    Raises `ValueError` for unknown names and for planned ones not built yet.
+    ``options`` whose value is None are dropped; the rest go to the scheduler's constructor.
+    Raises `ValueError` for unknown names, planned ones not built yet, and options the chosen
+    scheduler does not take.
     """
+    options = {k: v for k, v in options.items() if v is not None}
     if isinstance(execution, Scheduler):
+        if options:
+            raise ValueError(f"options {sorted(options)} are given to the scheduler's "
+                             "constructor; pass them there when you pass a Scheduler")
         return execution
     cls = SCHEDULERS.get(execution)
     if cls is None:
@@ -37,7 +48,15 @@ def make_scheduler(execution: str | Scheduler, **options: Any) -> Scheduler:
         if execution in PLANNED:
             raise ValueError(
                 f"execution={execution!r} is not available in this version of diffsoup-campaign "
-                f"(available: {known}); run with execution='serial'"
+                f"(available: {known})"
             )
         raise ValueError(f"unknown execution {execution!r}; choose one of {known}")
+    accepted = [name for name, p in inspect.signature(cls).parameters.items()
+                if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"execution={execution!r} does not take {', '.join(unknown)}; it takes "
+            f"{', '.join(accepted) or 'no options'}"
+        )
     return cls(**options)

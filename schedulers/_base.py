@@ -11,7 +11,8 @@ from ._events import Report, Task
 class Scheduler(abc.ABC):
     """Runs ``fn(item)`` somewhere and reports each task's start and outcome.
 
-    The engine calls `start` once, then `submit` for at most `slots` tasks at a time, then `stop`.
+    The engine calls `start` once, then rounds of `submit` (at most `slots` tasks in flight)
+    each followed by `flush`, then `stop`.
     `report` may be called from any thread; it must be called with a `Started` event before
     ``fn`` runs and exactly once with an `Outcome` per submitted task (unless `stop` comes first).
     """
@@ -30,6 +31,9 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def submit(self, task: Task) -> None:
         """Run ``task`` (or queue it); report its start and outcome through ``report``."""
+
+    def flush(self) -> None:
+        """Called after each round of `submit` calls: send what was buffered (batching)."""
 
     def stop(self) -> None:
         """Release workers. Tasks still running are abandoned; the engine records them."""

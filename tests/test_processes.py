@@ -1,0 +1,190 @@
+"""execution="processes": real worker processes, real device-group pinning, real SIGKILLs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from campaign import checkpointed_map, read_ledger
+from conftest import PYTHON, child_env
+from schedulers import normalize_groups
+
+
+def report_devices(item):
+    begun = time.time()
+    time.sleep(item.get("sleep", 0.05))
+    return {"cvd": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "pid": os.getpid(),
+            "begun": begun, "ended": time.time()}
+
+
+def test_each_task_runs_on_its_own_device_group(ledger):
+    groups = [(0,), (1, 2), (3,)]
+    items = [{"task_id": f"t{i}", "sleep": 0.02 + 0.01 * (i % 3)} for i in range(30)]
+    camp = checkpointed_map(report_devices, items, ledger_path=ledger, execution="processes",
+                            device_groups=groups)
+    assert camp.complete
+    spans = []
+    for tid in camp.task_ids:
+        rec, res = camp.records[tid], camp.result(tid)
+        group = tuple(rec["device_group"])
+        assert res["cvd"] == ",".join(map(str, group))  # what the task saw is its group
+        assert rec["pid"] == res["pid"] and rec["worker"].startswith("proc-")
+        spans.append((group, res["begun"], res["ended"]))
+    assert {s[0] for s in spans} == set(groups)
+    for i, (g1, b1, e1) in enumerate(spans):  # no two concurrent tasks share a group
+        for g2, b2, e2 in spans[i + 1:]:
+            if g1 == g2:
+                assert e1 <= b2 or e2 <= b1
+
+
+def sleep_and_note_pid(item):
+    Path(item["pid_file"]).with_suffix(f".{item['task_id']}").write_text(str(os.getpid()))
+    time.sleep(item["sleep"])
+    return {"pid": os.getpid()}
+
+
+def test_a_worker_killed_mid_task_is_replaced_and_its_task_retried(ledger, tmp_path):
+    items = [{"task_id": f"t{i}", "sleep": 1.0 if i == 0 else 0.15,
+              "pid_file": str(tmp_path / "pid")} for i in range(16)]
+    killer = subprocess.Popen([PYTHON, "-c", textwrap.dedent(f"""
+        import os, signal, time, pathlib
+        p = pathlib.Path({str(tmp_path / 'pid.t0')!r})
+        while not p.exists() or not p.read_text(): time.sleep(0.01)
+        time.sleep(0.2)
+        os.kill(int(p.read_text()), signal.SIGKILL)
+    """)])
+    camp = checkpointed_map(sleep_and_note_pid, items, ledger_path=ledger,
+                            execution="processes", device_groups=[(0,), (1,)])
+    killer.wait(timeout=30)
+    assert camp.complete
+    rec = camp.records["t0"]
+    assert rec["attempts"] == 2 and rec["interruptions"] == 1
+    lost = rec["history"][0]
+    assert lost["status"] == "interrupted" and lost["error"]["type"] == "WorkerLost"
+    assert "SIGKILL" in lost["error"]["message"]
+    assert camp.result("t0")["pid"] != lost["pid"]  # a new worker ran it
+    replacement = {camp.records[tid]["pid"] for tid in camp.task_ids
+                   if camp.records[tid]["worker"] == lost["worker"]} - {lost["pid"]}
+    assert replacement, "the killed worker's slot was not refilled"
+
+
+def kill_myself(item):
+    how = item["how"]
+    if how == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "exit":
+        os._exit(3)
+    if how == "raise":
+        raise ArithmeticError("bad arithmetic in the task")
+    time.sleep(60)
+    return {}
+
+
+@pytest.mark.parametrize("how, cause", [("sigkill", "signal SIGKILL"), ("exit", "exit code 3")])
+def test_a_task_that_always_kills_its_worker_fails_after_max_interruptions(ledger, how, cause):
+    camp = checkpointed_map(kill_myself, [{"task_id": "x", "how": how}], ledger_path=ledger,
+                            execution="processes", workers=1, max_interruptions=2)
+    (failure,) = camp.failures
+    rec = camp.records["x"]
+    assert failure.status == "failed" and failure.error_type == "WorkerLost"
+    assert cause in failure.message and "max_interruptions=2" in failure.message
+    assert rec["attempts"] == 3 and rec["interruptions"] == 3
+
+
+def test_timeout_kills_and_replaces_the_worker(ledger):
+    items = [{"task_id": "slow", "how": "sleep"}, {"task_id": "ok", "how": "none"}]
+    t0 = time.monotonic()
+    camp = checkpointed_map(lambda it: kill_myself(it) if it["how"] == "sleep" else {"ok": 1},
+                            items, ledger_path=ledger, execution="processes", workers=1,
+                            timeout=1.0)
+    assert time.monotonic() - t0 < 30
+    (failure,) = camp.failures
+    assert failure.task_id == "slow" and failure.error_type == "TaskTimeout"
+    assert "timeout=1.0" in failure.message
+    assert camp.result("ok") == {"ok": 1}
+
+
+def test_a_raising_task_fails_with_its_traceback(ledger):
+    camp = checkpointed_map(kill_myself, [{"task_id": "r", "how": "raise"}], ledger_path=ledger,
+                            execution="processes", workers=1, retries=1)
+    (failure,) = camp.failures
+    assert failure.error_type == "ArithmeticError" and "bad arithmetic" in failure.message
+    assert "in kill_myself" in failure.traceback and "_worker.py" not in failure.traceback
+    assert failure.attempts == 2
+
+
+def square(item):
+    return {"y": item["x"] ** 2, "pid": os.getpid()}
+
+
+def test_resume_across_schedulers(ledger):
+    items = [{"task_id": f"t{i}", "x": i} for i in range(10)]
+
+    def stop_at_4(item):
+        if item["x"] == 4:
+            raise KeyboardInterrupt
+        return square(item)
+
+    with pytest.raises(KeyboardInterrupt):
+        checkpointed_map(stop_at_4, items, ledger_path=ledger)
+    before = read_ledger(ledger)["tasks"]
+    assert [before[f"t{i}"]["status"] for i in range(5)] == ["accepted"] * 4 + ["interrupted"]
+    camp = checkpointed_map(square, items, ledger_path=ledger, execution="processes", workers=2)
+    assert camp.complete and [r["y"] for r in camp.results] == [i * i for i in range(10)]
+    for i in range(4):  # kept from the serial run, not run again
+        assert camp.records[f"t{i}"]["pid"] == os.getpid() and camp.records[f"t{i}"]["attempts"] == 1
+    assert camp.records["t4"]["pid"] != os.getpid() and camp.records["t4"]["attempts"] == 2
+
+
+def test_ctrl_c_stops_workers_and_records_interrupted(tmp_path):
+    ledger = tmp_path / "l.json"
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, time
+        from campaign import checkpointed_map
+        def fn(item):
+            print("pid", os.getpid(), flush=True)
+            time.sleep(30)
+            return {{}}
+        if __name__ == "__main__":
+            checkpointed_map(fn, [{{"task_id": str(i)}} for i in range(4)],
+                             ledger_path={str(ledger)!r}, execution="processes", workers=2)
+    """))
+    proc = subprocess.Popen([PYTHON, str(script)], env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    worker_pids = [int(proc.stdout.readline().split()[1]) for _ in range(2)]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    proc.stdout.close()
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    statuses = sorted(r["status"] for r in read_ledger(ledger)["tasks"].values())
+    assert statuses == ["interrupted", "interrupted", "pending", "pending"]
+    time.sleep(0.2)
+    for pid in worker_pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+@pytest.mark.parametrize("groups, words", [
+    ([], ["empty"]),
+    ([(0,), (0, 1)], ["device 0", "group 0", "group 1"]),
+    ([(0,), ()], ["device group 1", "non-empty"]),
+    ([(0,), ("a",)], ["device group 1", "('a',)"]),
+    (5, ["list of tuples"]),
+])
+def test_bad_device_groups(groups, words):
+    with pytest.raises(ValueError) as info:
+        normalize_groups(groups)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_options_the_scheduler_does_not_take(ledger):
+    with pytest.raises(ValueError, match="does not take client"):
+        checkpointed_map(square, [{"task_id": "a", "x": 1}], ledger_path=ledger,
+                         execution="processes", client=object())
