@@ -125,21 +125,27 @@ def update(
     mutate: Callable[[dict[str, Any]], Any],
     *,
     backup: str | None = None,
-) -> Any:
+) -> tuple[Any, Path | None]:
     """Read-merge-write ``path`` under its lock: ``mutate(doc)`` changes the document in place.
 
-    With ``backup``, the file as it was is first copied beside under a name containing ``backup``.
-    Returns what ``mutate`` returned.
+    With ``backup``, the file as it was is kept beside under a name containing ``backup``
+    (written only once ``mutate`` has returned). Returns what ``mutate`` returned and the
+    backup's path (None without ``backup``).
     """
     with file_lock(path):
-        doc = read(path)
+        try:
+            original = path.read_bytes()
+        except FileNotFoundError:
+            raise LedgerError(f"no ledger at {path}: check the path") from None
+        doc = parse(original, path)
+        answer = mutate(doc)
+        saved = None
         if backup is not None:
             saved = backup_path(path, backup)
-            atomic_write(saved, path.read_bytes())
-        answer = mutate(doc)
+            atomic_write(saved, original)
         doc["updated"] = time.time()
         atomic_write(path, dumps(doc))
-    return answer
+    return answer, saved
 
 
 def file_state(path: Path) -> tuple[int, int, int] | None:

@@ -11,7 +11,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from schedulers import ErrorInfo, Outcome, OutcomeKind, Started, Task, make_scheduler
+from schedulers import (ErrorInfo, Outcome, OutcomeKind, Placement, Started, Task,
+                        make_scheduler)
 from schedulers import Scheduler
 
 from . import _records
@@ -153,6 +154,7 @@ class _Run:
         listed = [{"task_id": tid, "changed": ch}
                   for tid, ch in list(self.refused.items())[:REFUSED_LISTED]]
         self.ledger.put_many(new)
+        self.ledger.order(list(self.prepared))
         self.ledger.set_run(total=len(self.prepared), refused=listed,
                             refused_count=len(self.refused))
         self.ledger.flush()
@@ -193,7 +195,9 @@ class _Run:
                                                            at=time.time(), error=why.as_dict()))
             self.inflight.clear()
         try:
-            self.ledger.close("interrupted" if isinstance(exc, KeyboardInterrupt) else "crashed")
+            with _sigint_ignored():  # a second Ctrl-C must not cut this last write short
+                self.ledger.close("interrupted" if isinstance(exc, KeyboardInterrupt)
+                                  else "crashed")
         except Exception as close_error:  # keep the original exception
             logger.error("could not record the interruption in %s: %s", self.ledger.path,
                          close_error)
@@ -209,11 +213,8 @@ class _Run:
     def _report(self, event: Started | Outcome) -> None:
         with self.cond:
             if type(event) is Started:
-                where = event.placement
-                group = None if where.device_group is None else list(where.device_group)
                 self.ledger.put(event.task_id, _records.started(
-                    self._record(event.task_id), host=where.host, pid=where.pid,
-                    worker=where.worker, device_group=group, at=event.time))
+                    self._record(event.task_id), at=event.time, **_where(event.placement)))
             else:
                 self._finish(event)
                 self.cond.notify()
@@ -232,22 +233,22 @@ class _Run:
             self.counts["accepted"] += 1
             return
         tries = self.tries[tid] = self.tries.get(tid, 0) + 1
+        at = {"at": out.ended, "began": out.started, "where": _where(out.placement)}
         again = False
         if out.kind is OutcomeKind.RESULT:
             try:
                 stored = encode_result(out.result)
             except ResultError as exc:
                 error = ErrorInfo("ResultError", str(exc))
-                new = _records.finished(rec, FAILED, at=out.ended, error=error.as_dict())
+                new = _records.finished(rec, FAILED, error=error.as_dict(), **at)
                 again = tries <= self.retries
             else:
-                new = _records.finished(rec, ACCEPTED, at=out.ended, result=stored)
+                new = _records.finished(rec, ACCEPTED, result=stored, **at)
         elif out.kind is OutcomeKind.ERROR:
-            new = _records.finished(rec, FAILED, at=out.ended, error=out.error.as_dict())
+            new = _records.finished(rec, FAILED, error=out.error.as_dict(), **at)
             again = tries <= self.retries
         else:
-            new = _records.finished(rec, INTERRUPTED, at=out.ended,
-                                    error=out.error.as_dict())
+            new = _records.finished(rec, INTERRUPTED, error=out.error.as_dict(), **at)
             again = new["interruptions"] <= self.max_interruptions
             if not again:
                 new["status"] = FAILED
@@ -269,6 +270,24 @@ class _Run:
             return Progress(total, accepted, failed, refused, len(self.inflight),
                             total - accepted - failed - refused - len(self.inflight),
                             self.counts["done"], time.monotonic() - self.begun)
+
+
+def _where(placement: Placement) -> dict[str, Any]:
+    group = placement.device_group
+    return {"host": placement.host, "pid": placement.pid, "worker": placement.worker,
+            "device_group": None if group is None else list(group)}
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager

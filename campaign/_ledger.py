@@ -196,6 +196,17 @@ class Ledger:
                     self._dirty.add(task_id)
             self._wake.notify()
 
+    def order(self, task_ids: list[str]) -> None:
+        """Put these tasks first, in this order (the items' order), the others after them."""
+        with self._state:
+            tasks = self.doc["tasks"]
+            if list(tasks)[:len(task_ids)] == task_ids:
+                return
+            ordered = {tid: tasks[tid] for tid in task_ids if tid in tasks}
+            ordered.update((tid, rec) for tid, rec in tasks.items() if tid not in ordered)
+            self.doc["tasks"] = ordered
+            self._meta_dirty = True
+
     def set_run(self, **fields: Any) -> None:
         """Change fields of this run's entry (e.g. ``refused``, ``status``)."""
         with self._state:

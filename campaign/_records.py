@@ -84,16 +84,25 @@ def finished(
     status: str,
     *,
     at: float,
+    began: float | None = None,
+    where: dict[str, Any] | None = None,
     result: dict[str, Any] | None = None,
     error: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The running attempt ends with ``status`` ``accepted``, ``failed`` or ``interrupted``."""
+    """The running attempt ends with ``status`` ``accepted``, ``failed`` or ``interrupted``.
+
+    ``began`` and ``where`` (host, pid, worker, device_group), when the scheduler knows them
+    better at the end than at the start (a batch on a dask worker), replace the start's.
+    """
     new = dict(rec)
-    begun = rec["started"]
+    if where is not None:
+        new.update(where)
+    begun = rec["started"] if began is None else began
     new.update(
         status=status,
         result=result,
         error=error,
+        started=begun,
         ended=at,
         duration=None if begun is None else max(0.0, at - begun),
     )

@@ -17,6 +17,7 @@ from ._events import Placement as Placement
 from ._events import Report as Report
 from ._events import Started as Started
 from ._events import Task as Task
+from ._dask import DaskScheduler as DaskScheduler
 from ._devices import normalize_groups as normalize_groups
 from ._devices import visible_gpus as visible_gpus
 from ._processes import ProcessesScheduler as ProcessesScheduler
@@ -24,9 +25,10 @@ from ._serial import SerialScheduler as SerialScheduler
 
 #: Execution names and the schedulers they select.
 SCHEDULERS: dict[str, type[Scheduler]] = {"serial": SerialScheduler,
-                                          "processes": ProcessesScheduler}
+                                          "processes": ProcessesScheduler,
+                                          "dask": DaskScheduler}
 #: Names that are part of the design but not available in this version.
-PLANNED = ("dask", "slurm")
+PLANNED = ("slurm",)
 
 
 def make_scheduler(execution: str | Scheduler, **options: Any) -> Scheduler:

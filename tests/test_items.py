@@ -67,7 +67,7 @@ def test_bad_options(ledger, bad):
     assert not ledger.exists()
 
 
-@pytest.mark.parametrize("execution", ["dask", "slurm"])
+@pytest.mark.parametrize("execution", ["slurm"])
 def test_schedulers_not_built_yet_are_a_clear_error(ledger, execution):
     with pytest.raises(ValueError, match="not available in this version"):
         checkpointed_map(never, [{"task_id": "a"}], ledger_path=ledger, execution=execution)

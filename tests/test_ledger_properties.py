@@ -94,7 +94,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(tid=st.sampled_from(TASKS))
     def forget(self, tid):
         if self.path.exists():
-            update(self.path, lambda doc: doc["tasks"].pop(tid, None))
+            update(self.path, lambda doc: doc["tasks"].pop(tid, None))  # forget
             self.accepted.pop(tid, None)
 
     @rule(tid=st.sampled_from(TASKS),

@@ -1,0 +1,123 @@
+"""What every command shares: exit codes, the bad-input error, logging, reading a ledger, and
+formatting of times and durations."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import click
+
+#: Every task accepted (or, for the inspecting commands, nothing wrong to report).
+EXIT_OK = 0
+#: Some tasks failed or were refused (their item changed since they were recorded).
+EXIT_FAILED = 1
+#: Bad usage or bad input (items, target, spec, ledger, task ids); nothing was written.
+EXIT_USAGE = 2
+#: Interrupted by Ctrl-C (SIGINT) after the ledger was written (128 + 2).
+EXIT_SIGINT = 130
+#: Stopped by SIGTERM (e.g. ``scancel``, a job's time limit) after the ledger was written.
+EXIT_SIGTERM = 143
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class BadInput(click.ClickException):
+    """A problem with what the user gave (a file, a target, an id): one paragraph, exit 2."""
+
+    exit_code = EXIT_USAGE
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"campaign: error: {self.format_message()}", err=True)
+
+
+def _configure_logging(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    level = logging.WARNING if value == 0 else (logging.INFO if value == 1 else logging.DEBUG)
+    root = logging.getLogger()
+    handler = next((h for h in root.handlers if getattr(h, "_campaign_cli", False)), None)
+    if handler is None:
+        handler = logging.StreamHandler()  # stderr
+        handler.setFormatter(logging.Formatter("[campaign] %(levelname)s: %(message)s"))
+        handler._campaign_cli = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    handler.setLevel(level)  # also for libraries that set their own loggers' levels
+    root.setLevel(level)
+    return value
+
+
+def verbose_option(fn: F) -> F:
+    """``-v/--verbose`` (repeatable): INFO, then DEBUG logging on stderr. Warnings always show."""
+    return click.option(
+        "-v", "--verbose", count=True, expose_value=False, is_eager=True,
+        callback=_configure_logging, help="Log more on stderr (-v: info, -vv: debug).",
+    )(fn)
+
+
+def ledger_argument(fn: F) -> F:
+    """The LEDGER positional argument (a path; existence is checked when it is read)."""
+    return click.argument("ledger", type=click.Path(dir_okay=False, path_type=Path))(fn)
+
+
+def read_ledger(path: Path) -> dict[str, Any]:
+    """Read and check a ledger without any lock (files are replaced atomically), or exit 2."""
+    from .._document import read
+    from .._errors import LedgerError
+
+    try:
+        return read(path)
+    except LedgerError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def with_errors(fn: F) -> F:
+    """Turn the library's input errors raised inside a command into `BadInput` (exit 2)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from .._errors import DriverBusyError, ItemError, LedgerError
+
+        try:
+            return fn(*args, **kwargs)
+        except (ItemError, LedgerError, DriverBusyError) as exc:
+            raise BadInput(str(exc)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def duration(seconds: float | None) -> str:
+    """``45s``, ``12m05s``, ``3h02m``, ``2d04h``; ``?`` for None."""
+    if seconds is None:
+        return "?"
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def timestamp(t: float | None) -> str:
+    """A Unix time as local ``YYYY-MM-DD HH:MM:SS``; ``-`` for None."""
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def rate(per_second: float | None) -> str:
+    """``12.3 tasks/s`` or, below one a second, ``4.1 tasks/min``."""
+    if not per_second:
+        return "? tasks/s"
+    if per_second >= 1:
+        return f"{per_second:.1f} tasks/s"
+    if per_second * 60 >= 1:
+        return f"{per_second * 60:.1f} tasks/min"
+    return f"{per_second * 3600:.1f} tasks/h"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"

@@ -1,0 +1,83 @@
+"""``campaign failures``: every failed task with its error, and the refused tasks of the last
+run with their changed fields and the fix."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ._common import EXIT_FAILED, EXIT_OK, ledger_argument, plural, read_ledger, verbose_option
+
+
+@click.command("failures", short_help="Failed tasks with their errors; refused tasks.")
+@ledger_argument
+@click.option("--lines", "tb_lines", type=click.IntRange(min=0), default=5, show_default=True,
+              metavar="N", help="Lines of the end of each traceback to show.")
+@verbose_option
+def failures_command(ledger: Path, tb_lines: int) -> int:
+    """Every failed task with its error type, message and the end of its traceback; then the
+    tasks refused in the last run (item changed) with the changed fields.
+
+    Exits 1 when it lists any failed or refused task, 0 when there is none.
+    """
+    doc = read_ledger(ledger)
+    tasks = doc["tasks"]
+    failed = [(tid, rec) for tid, rec in tasks.items() if rec["status"] == "failed"]
+    interrupted = sum(1 for rec in tasks.values() if rec["status"] == "interrupted")
+    last = doc["runs"][-1] if doc["runs"] else {}
+    refused = [r for r in last.get("refused") or [] if r.get("task_id") in tasks]
+    unlisted = max(0, (last.get("refused_count") or 0) - len(last.get("refused") or []))
+    out: list[str] = []
+    if failed:
+        out.append(f"{plural(len(failed), 'failed task')}:")
+    for tid, rec in failed:
+        out += [""] + describe_failure(tid, rec, tb_lines)
+    if refused or unlisted:
+        if out:
+            out.append("")
+        out.append(f"{plural(len(refused) + unlisted, 'task')} refused in the last run: the "
+                   "item changed since the task was recorded, so it was not run:")
+        quoted = shlex.quote(str(ledger))
+        for entry in refused:
+            tid = entry["task_id"]
+            fields = "; ".join(f"{c['field']}: {c['old']!r} -> {c['new']!r}"
+                               for c in entry.get("changed") or []) or "the item differs"
+            out.append(f"  {tid}: {fields}")
+        if unlisted:
+            out.append(f"  and {unlisted} more (the ledger lists the first "
+                       f"{len(last.get('refused') or [])})")
+        example = shlex.quote(refused[0]["task_id"]) if refused else "TASK_ID"
+        out.append(f"  to run one again with its new item: campaign forget {quoted} {example}")
+    note = (f"{plural(interrupted, 'task')} interrupted (not failures; they run again when the "
+            "campaign resumes)") if interrupted else ""
+    if not failed and not refused and not unlisted:
+        click.echo("no failed or refused tasks" + (f"; {note}" if note else ""))
+        return EXIT_OK
+    if note:
+        out += ["", note]
+    click.echo("\n".join(out))
+    return EXIT_FAILED
+
+
+def describe_failure(tid: str, rec: dict[str, Any], tb_lines: int) -> list[str]:
+    """The lines for one failed task: id and attempts, ``Type: message``, traceback end."""
+    error = rec.get("error") or {}
+    lines = [f"task {tid} (failed, {plural(rec.get('attempts') or 0, 'attempt')})"]
+    message = (error.get("message") or "").splitlines() or [""]
+    lines.append(f"  {error.get('type') or '?'}: {message[0]}")
+    lines += [f"    {m}" for m in message[1:]]
+    tail = traceback_tail(error.get("traceback") or "", tb_lines)
+    lines += [f"  | {t}" for t in tail]
+    return lines
+
+
+def traceback_tail(text: str, n: int) -> list[str]:
+    """The last ``n`` lines of a traceback's frames (the final ``Type: message`` line, already
+    shown, left out)."""
+    lines = [line for line in text.rstrip().splitlines()
+             if line != "Traceback (most recent call last):"]
+    frames_end = max((i for i, line in enumerate(lines) if line.startswith(" ")), default=-1)
+    return lines[: frames_end + 1][-n:] if n else []

@@ -1,0 +1,69 @@
+"""``campaign forget``: remove task records so that those tasks run again."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ._common import BadInput, ledger_argument, plural, read_ledger, verbose_option
+
+#: Statuses ``--status`` may name: never accepted (results are never thrown away by status).
+FORGETTABLE = ("failed", "interrupted")
+
+
+@click.command("forget", short_help="Remove task records so those tasks run again.")
+@ledger_argument
+@click.argument("task_ids", nargs=-1, metavar="[TASK_ID]...")
+@click.option("--status", "statuses", type=click.Choice(FORGETTABLE), multiple=True,
+              help="Forget every task with this status (repeatable).")
+@verbose_option
+def forget_command(ledger: Path, task_ids: tuple[str, ...], statuses: tuple[str, ...]) -> int:
+    """Remove the records of the TASK_IDs (or of all tasks with --status) from LEDGER, so that
+    the next `campaign run` runs those tasks again, e.g. after their item changed.
+
+    The change is made under the ledger's lock and written atomically; the ledger as it was is
+    kept beside it as <stem>.before-forget-<time><suffix>.
+    """
+    if not task_ids and not statuses:
+        raise click.UsageError("name the TASK_IDs to forget, or --status failed|interrupted")
+    doc = read_ledger(ledger)
+    unknown = [tid for tid in dict.fromkeys(task_ids) if tid not in doc["tasks"]]
+    if unknown:
+        shown = ", ".join(map(repr, unknown[:20])) + (" ..." if len(unknown) > 20 else "")
+        raise BadInput(
+            f"{plural(len(unknown), 'task id')} not in ledger {ledger}: {shown}; nothing was "
+            f"changed (see the ids with `campaign status {ledger}` or `campaign results "
+            f"{ledger}`)")
+    wanted = set(task_ids)
+    if not _chosen(doc["tasks"], wanted, statuses):
+        click.echo(f"campaign: no {' or '.join(statuses)} task in {ledger}; nothing to forget")
+        return 0
+
+    from filelock import Timeout
+
+    from .._document import update
+
+    def mutate(fresh: dict[str, Any]) -> list[str]:
+        tasks = fresh["tasks"]
+        gone = _chosen(tasks, wanted, statuses)  # again, on the file as it is under the lock
+        for tid in gone:
+            del tasks[tid]
+        return gone
+
+    try:
+        removed, backup = update(ledger, mutate, backup="before-forget")
+    except Timeout:
+        raise BadInput(f"ledger {ledger} stayed locked by another process; try again") from None
+    click.echo(f"campaign: forgot {plural(len(removed), 'task')} in {ledger}; the ledger as it "
+               f"was is kept as {backup}")
+    click.echo("campaign: they run again at the next `campaign run` on "
+               f"{shlex.quote(str(ledger))}")
+    return 0
+
+
+def _chosen(tasks: dict[str, Any], ids: set[str], statuses: tuple[str, ...]) -> list[str]:
+    """The task ids to remove, in ledger order: the named ones and those with the statuses."""
+    return [tid for tid, rec in tasks.items() if tid in ids or rec["status"] in statuses]

@@ -1,0 +1,122 @@
+"""``campaign results``: the accepted results of a ledger as CSV, JSON or JSON Lines."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any, Iterable
+
+import click
+import orjson
+
+from ._common import BadInput, ledger_argument, plural, read_ledger, verbose_option
+
+FORMATS = ("csv", "json", "jsonl")
+#: How non-finite floats (stored as ``{"$float": ...}``) are written in CSV.
+_CSV_FLOAT = {"nan": "nan", "inf": "inf", "-inf": "-inf"}
+
+
+@click.command("results", short_help="The accepted results as CSV, JSON or JSON Lines.")
+@ledger_argument
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Output format (default: from the --output suffix, else csv).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Write to FILE (replaced atomically) instead of standard output.")
+@click.option("--with-items", is_flag=True,
+              help="Add each task's item fields as columns named item.<field>.")
+@verbose_option
+def results_command(ledger: Path, fmt: str | None, output: Path | None, with_items: bool) -> int:
+    """The accepted results with their task ids, in item order.
+
+    Columns: task_id, then the result keys (in the order first seen). Non-finite floats are
+    nan, inf, -inf in CSV and {"$float": "nan"} (the ledger's encoding) in JSON and JSON Lines.
+    """
+    doc = read_ledger(ledger)
+    if fmt is None:
+        suffix = output.suffix.lower().lstrip(".") if output is not None else ""
+        fmt = suffix if suffix in FORMATS else "csv"
+    rows = list(result_rows(doc["tasks"], with_items))
+    data = {"csv": _csv, "json": _json, "jsonl": _jsonl}[fmt](rows)
+    if output is None:
+        stream = click.get_binary_stream("stdout")
+        stream.write(data)
+        stream.flush()
+    else:
+        from .._atomic import atomic_write
+
+        try:
+            atomic_write(output, data)
+        except OSError as exc:
+            raise BadInput(f"cannot write {output}: {exc.strerror or exc}") from None
+        click.echo(f"campaign: wrote {plural(len(rows), 'result')} to {output} ({fmt})", err=True)
+    _note_refused(doc, rows)
+    return 0
+
+
+def result_rows(tasks: dict[str, Any], with_items: bool) -> Iterable[dict[str, Any]]:
+    """One flat dict per accepted task: task_id, result keys, then ``item.<field>``s."""
+    for tid, rec in tasks.items():
+        if rec["status"] != "accepted":
+            continue
+        row = {"task_id": tid}
+        for key, value in (rec.get("result") or {}).items():
+            row["result.task_id" if key == "task_id" else key] = value
+        if with_items:
+            item = rec.get("item")
+            if isinstance(item, dict):
+                for key, value in item.items():
+                    if key != "task_id":
+                        row[f"item.{key}"] = value
+        yield row
+
+
+def _json(rows: list[dict[str, Any]]) -> bytes:
+    return orjson.dumps(rows, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def _jsonl(rows: list[dict[str, Any]]) -> bytes:
+    return b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows)
+
+
+def _csv(rows: list[dict[str, Any]]) -> bytes:
+    columns: dict[str, None] = {"task_id": None}
+    items: dict[str, None] = {}
+    for row in rows:
+        for key in row:
+            (items if key.startswith("item.") else columns).setdefault(key, None)
+    names = list(columns) + list(items)
+    out = io.StringIO(newline="")
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(names)
+    for row in rows:
+        writer.writerow([_cell(row.get(name)) for name in names])
+    return out.getvalue().encode("utf-8")
+
+
+def _cell(value: Any) -> str:
+    """A stored value as CSV text: null is empty, booleans true/false, nested values JSON."""
+    if value is None:
+        return ""
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and len(value) == 1 and "$float" in value:
+        return _CSV_FLOAT[value["$float"]]
+    return orjson.dumps(value).decode()
+
+
+def _note_refused(doc: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    runs = doc["runs"]
+    if not runs or not runs[-1].get("refused"):
+        return
+    refused = {r.get("task_id") for r in runs[-1]["refused"]}
+    stale = sum(1 for row in rows if row["task_id"] in refused)
+    if stale:
+        click.echo(
+            f"campaign: note: {plural(stale, 'result')} belong to tasks refused in the last run "
+            "(their item changed since; these results are for the recorded item, see "
+            "--with-items and `campaign failures`)", err=True)

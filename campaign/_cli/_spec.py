@@ -1,0 +1,123 @@
+"""The settings of `campaign run`, from the command line or from a spec file (TOML).
+
+A spec file names the target, the items, the ledger and the execution options, so that a
+campaign is rerun with one short command (``campaign run campaign.toml``). Relative paths in it
+are relative to the spec file's folder; options given on the command line override it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._common import BadInput
+
+#: The keys of a spec file, their types and defaults (None: no default).
+SPEC_KEYS: dict[str, tuple[type, Any]] = {
+    "target": (str, None),
+    "items": (str, None),
+    "ledger": (str, None),
+    "execution": (str, "serial"),
+    "retries": (int, 0),
+    "resume": (bool, True),
+    "max_interruptions": (int, 3),
+    "id_field": (str, None),
+    "options": (dict, {}),
+}
+
+
+@dataclass
+class RunConfig:
+    """Everything `campaign run` needs; paths already resolved against their base folder."""
+
+    target: str
+    items: Path
+    ledger: Path
+    base: Path
+    execution: str = "serial"
+    retries: int = 0
+    resume: bool = True
+    max_interruptions: int = 3
+    id_field: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    spec: Path | None = None
+
+
+def read_spec(path: Path) -> dict[str, Any]:
+    """The checked contents of a spec file; raises `BadInput` on any problem."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(f"spec file {path} does not exist: check the path") from None
+    except OSError as exc:
+        raise BadInput(f"cannot read spec file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"spec file {path} is not UTF-8 text ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"spec file {path} is not valid TOML: {exc}") from None
+    unknown = [key for key in data if key not in SPEC_KEYS]
+    if unknown:
+        valid = ", ".join(SPEC_KEYS)
+        raise BadInput(
+            f"spec file {path} has the unknown key(s) {', '.join(map(repr, unknown))}; the valid "
+            f"keys are: {valid} (see docs/cli.md)"
+        )
+    for key, value in data.items():
+        kind = SPEC_KEYS[key][0]
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if not ok:
+            raise BadInput(
+                f"spec file {path}: {key} = {value!r} is {_a(_toml_type(value))}; it must be "
+                f"{_a(_toml_type(kind()))}"
+            )
+        if kind is int and value < 0:
+            raise BadInput(f"spec file {path}: {key} = {value} must be 0 or more")
+    return data
+
+
+def resolve(target: str, flags: dict[str, Any]) -> RunConfig:
+    """Combine the TARGET argument (a function, or a ``.toml`` spec) with the flags given.
+
+    ``flags`` maps spec keys to command-line values; None means "not given". Paths given on
+    the command line are relative to the current folder, those in a spec to the spec's folder.
+    """
+    given = {k: v for k, v in flags.items() if v is not None}
+    settings = {k: (dict(default) if isinstance(default, dict) else default)
+                for k, (_, default) in SPEC_KEYS.items()}
+    spec: Path | None = None
+    if target.endswith(".toml"):
+        spec = Path(target)
+        data = read_spec(spec)
+        settings.update(data)
+        for key in ("items", "ledger"):
+            if key in data:
+                settings[key] = spec.parent / data[key]
+        base = spec.resolve().parent
+    else:
+        settings["target"] = target
+        base = Path.cwd()
+    settings.update(given)
+    missing = [k for k in ("target", "items", "ledger") if settings[k] is None]
+    if missing and spec is not None:
+        raise BadInput(
+            f"spec file {spec} does not name {' or '.join(missing)}; add "
+            + ", ".join(f'{k} = "..."' for k in missing) + " to it (see docs/cli.md)"
+        )
+    if missing:
+        raise BadInput(
+            f"campaign run {target} needs {' and '.join('--' + k for k in missing)} (or a spec "
+            "file: campaign run SPEC.toml); see campaign run --help"
+        )
+    settings["items"], settings["ledger"] = Path(settings["items"]), Path(settings["ledger"])
+    return RunConfig(base=base, spec=spec, **settings)
+
+
+def _toml_type(value: Any) -> str:
+    return {bool: "boolean", int: "integer", str: "string", dict: "table", float: "float",
+            list: "array"}.get(type(value), type(value).__name__)
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun

@@ -1,0 +1,103 @@
+"""Importing the TARGET of `campaign run`: ``path/to/file.py:function`` or
+``package.module:function``."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from ._common import BadInput
+
+_FORMS = "path/to/file.py:function or package.module:function"
+
+
+def load_target(target: str, base: Path | None = None) -> Callable[..., Any]:
+    """The function named by ``target``; raises `BadInput` with the import error if it fails.
+
+    A file is imported by path, with its folder first on ``sys.path`` (so it can import its
+    neighbours). A module is imported by name, with ``base`` (the current folder, or the spec
+    file's folder) first on ``sys.path``. Relative file paths are relative to ``base``.
+    """
+    where, sep, name = target.rpartition(":")
+    if not sep or not where or not name:
+        raise BadInput(f"TARGET {target!r} names no function; write it as {_FORMS}")
+    base = Path.cwd() if base is None else base
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        module = _import_file(target, base / where)
+    else:
+        module = _import_module(target, where, base)
+    obj: Any = module
+    for part in name.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            public = sorted(n for n, v in vars(module).items()
+                            if callable(v) and not n.startswith("_"))
+            shown = ", ".join(public[:12]) + (" ..." if len(public) > 12 else "")
+            raise BadInput(
+                f"TARGET {target!r}: {where} has no attribute {name!r} (its functions: "
+                f"{shown or 'none'})"
+            ) from None
+    if not callable(obj):
+        raise BadInput(
+            f"TARGET {target!r} is not callable (it is {_a(type(obj).__name__)}); name a function "
+            "that takes one item (a dict) and returns a flat dict of results"
+        )
+    return obj
+
+
+def _import_file(target: str, path: Path) -> Any:
+    path = path.resolve()
+    if not path.is_file():
+        raise BadInput(f"TARGET {target!r}: the file {path} does not exist; write TARGET as "
+                       f"{_FORMS}")
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = path.stem if path.stem.isidentifier() else "campaign_target"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise BadInput(f"TARGET {target!r}: cannot import {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # so that its functions pickle and dataclasses work
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        sys.modules.pop(name, None)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise BadInput(f"TARGET {target!r}: importing {path} failed: {_explain(exc)}") from None
+    return module
+
+
+def _import_module(target: str, dotted: str, base: Path) -> Any:
+    folder = str(base.resolve())
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(dotted)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise BadInput(f"TARGET {target!r}: importing {dotted} failed: {_explain(exc)}; write "
+                       f"TARGET as {_FORMS}") from None
+
+
+def _explain(exc: BaseException) -> str:
+    """``Type: message`` plus where it was raised (the deepest frame), for import errors."""
+    if isinstance(exc, SyntaxError):
+        return f"SyntaxError: {exc.msg} (at {exc.filename}, line {exc.lineno})"
+    text = " ".join(traceback.format_exception_only(type(exc), exc)[-1].split())
+    frames = traceback.extract_tb(exc.__traceback__)
+    user = [f for f in frames if "importlib" not in f.filename and f.filename != __file__]
+    if user:
+        text += f" (at {user[-1].filename}, line {user[-1].lineno})"
+    return text
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun

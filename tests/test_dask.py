@@ -1,0 +1,152 @@
+"""execution="dask": a real LocalCluster, and real `dask scheduler` + `dask worker` processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from campaign import checkpointed_map, read_ledger
+from conftest import PYTHON, child_env, require
+
+distributed = pytest.importorskip("distributed")
+
+
+def where(item):
+    time.sleep(item.get("sleep", 0))
+    return {"pid": os.getpid(), "x2": item["x"] * 2,
+            "cvd": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+
+
+def note_pid_then_sleep(item):
+    folder = Path(item["folder"])
+    (folder / f"{item['task_id']}.{os.getpid()}.{time.time_ns()}").touch()
+    time.sleep(item["sleep"])
+    return {"pid": os.getpid()}
+
+
+def fails_on_odd(item):
+    if item["x"] % 2:
+        raise ValueError(f"odd {item['x']}")
+    return {"x": item["x"]}
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       host="127.0.0.1", dashboard_address=None)
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def test_embedded_cluster_runs_everything_and_says_where(ledger, capfd):
+    items = [{"task_id": f"t{i}", "x": i} for i in range(200)]
+    camp = checkpointed_map(where, items, ledger_path=ledger, execution="dask", workers=2)
+    assert camp.complete and [r["x2"] for r in camp.results] == [2 * i for i in range(200)]
+    assert len({r["pid"] for r in camp.results}) == 2
+    rec = camp.records["t5"]
+    assert rec["pid"] == camp.result("t5")["pid"] and rec["worker"] is not None
+    assert "dask dashboard: http://127.0.0.1:" in capfd.readouterr().err
+
+
+def test_existing_client_failures_and_resume_from_serial(ledger, client):
+    items = [{"task_id": f"t{i}", "x": i} for i in range(20)]
+    checkpointed_map(fails_on_odd, items[:6], ledger_path=ledger)  # serial first
+    camp = checkpointed_map(fails_on_odd, items, ledger_path=ledger, execution="dask",
+                            client=client)
+    assert len(camp.results) == 10 and len(camp.failures) == 10
+    failure = camp.failures[0]
+    assert failure.error_type == "ValueError" and "in fails_on_odd" in failure.traceback
+    for i in (0, 2, 4):  # accepted by the serial run, kept
+        assert camp.records[f"t{i}"]["pid"] == os.getpid()
+    assert camp.records["t1"]["attempts"] == 2  # failed serially, failed again on dask
+    assert client.status == "running"  # a client we were given stays open
+
+
+def test_device_groups_become_worker_resources(ledger):
+    items = [{"task_id": f"t{i}", "x": i, "sleep": 0.05} for i in range(12)]
+    camp = checkpointed_map(where, items, ledger_path=ledger, execution="dask",
+                            device_groups=[(0,), (1,)])
+    assert camp.complete
+    for tid in camp.task_ids:
+        assert camp.result(tid)["cvd"] in {"0", "1"}
+        assert camp.records[tid]["device_group"] == [int(camp.result(tid)["cvd"])]
+
+
+def test_killed_worker_processes_tasks_rerun_nothing_run_twice_after_acceptance(tmp_path):
+    require(shutil.which("dask") is not None, "the `dask` command is not installed")
+    ledger, marks = tmp_path / "l.json", tmp_path / "marks"
+    marks.mkdir()
+    sched_file = tmp_path / "scheduler.json"
+    env = child_env()  # the workers import this module's functions: same environment
+    env["PYTHONPATH"] += os.pathsep + str(Path(__file__).parent)
+    procs = [subprocess.Popen(["dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--dashboard-address", "127.0.0.1:0",
+                               "--scheduler-file", str(sched_file)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        for _ in range(2):
+            procs.append(subprocess.Popen(
+                ["dask", "worker", "--scheduler-file", str(sched_file), "--nthreads", "1",
+                 "--no-nanny", "--host", "127.0.0.1", "--death-timeout", "30"],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        import json
+
+        address = json.loads(sched_file.read_text())["address"]
+        with distributed.Client(address) as c:
+            c.wait_for_workers(2, timeout=60)
+        items = [{"task_id": f"t{i:03d}", "folder": str(marks), "sleep": 0.05}
+                 for i in range(60)]
+        victim = procs[1]
+        killer = subprocess.Popen([PYTHON, "-c", (
+            "import os, time, pathlib, signal\n"
+            f"m = pathlib.Path({str(marks)!r})\n"
+            f"pid = {victim.pid}\n"
+            "while not any(p.name.split('.')[1] == str(pid) for p in m.iterdir()):\n"
+            "    time.sleep(0.01)\n"
+            "time.sleep(0.3)\n"
+            "os.kill(pid, signal.SIGKILL)\n")])
+        camp = checkpointed_map(note_pid_then_sleep, items, ledger_path=ledger,
+                                execution="dask", scheduler_address=address)
+        killer.wait(timeout=60)
+        assert victim.wait(timeout=10) == -signal.SIGKILL
+        assert camp.complete
+        tasks = read_ledger(ledger)["tasks"]
+        runs: dict[str, list[tuple[int, float]]] = {}
+        for mark in marks.iterdir():
+            tid, pid, ns = mark.name.split(".")
+            runs.setdefault(tid, []).append((int(pid), int(ns) / 1e9))
+        for tid, rec in tasks.items():  # no run began after the accepted one had ended
+            assert all(begun <= rec["ended"] for _, begun in runs[tid]), tid
+            assert rec["pid"] in {p for p, _ in runs[tid]}
+        rerun = [tid for tid in tasks if len(runs[tid]) > 1]
+        assert rerun, "the killed worker had tasks in flight that had to run again"
+        assert all(tasks[t]["pid"] != victim.pid for t in rerun)
+    finally:
+        for proc in procs[::-1]:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs[::-1]:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def test_clear_errors_for_bad_dask_options(ledger):
+    with pytest.raises(ValueError, match="not both"):
+        checkpointed_map(where, [{"task_id": "a", "x": 1}], ledger_path=ledger,
+                         execution="dask", client=object(), scheduler_address="tcp://x:1")
+    with pytest.raises(ValueError, match="does not take timeout"):
+        checkpointed_map(where, [{"task_id": "a", "x": 1}], ledger_path=ledger,
+                         execution="dask", timeout=3)
