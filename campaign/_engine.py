@@ -16,16 +16,15 @@ from schedulers import (ErrorInfo, Outcome, OutcomeKind, Placement, Started, Tas
 from schedulers import Scheduler
 
 from . import _records
-from ._campaign import Campaign, Progress, refused_message
+from ._campaign import Campaign, Progress
 from ._errors import Interrupted, ResultError
 from ._items import PreparedItem, prepare_items
-from ._jsonvalue import changed_fields, encode_result
+from ._jsonvalue import encode_result
 from ._ledger import Ledger
+from ._plan import plan
 from ._status import ACCEPTED, FAILED, INTERRUPTED, RUNNING
 
 logger = logging.getLogger(__name__)
-#: At most this many refused tasks are listed (with their changed fields) in the run's entry.
-REFUSED_LISTED = 1000
 
 
 def checkpointed_map(
@@ -137,31 +136,10 @@ class _Run:
                                      ledger_bytes_written=ledger.bytes_written)
 
     def _plan(self) -> None:
-        tasks = self.ledger.tasks
-        new, kept = {}, 0
-        for tid, p in self.prepared.items():
-            rec = tasks.get(tid)
-            if rec is None:
-                new[tid] = _records.new_record(p.stored, p.fingerprint)
-            elif rec["fingerprint"] != p.fingerprint:
-                self.refused[tid] = changed_fields(rec["item"], p.stored)
-                continue
-            elif rec["status"] == ACCEPTED:
-                kept += 1
-                continue
-            self.queue.append(Task(tid, p.item, 0))
-        self.counts["accepted"] = kept
-        listed = [{"task_id": tid, "changed": ch}
-                  for tid, ch in list(self.refused.items())[:REFUSED_LISTED]]
-        self.ledger.put_many(new)
-        self.ledger.order(list(self.prepared))
-        self.ledger.set_run(total=len(self.prepared), refused=listed,
-                            refused_count=len(self.refused))
-        self.ledger.flush()
-        logger.info("campaign %s: %d tasks, %d accepted earlier, %d to run, %d refused",
-                    self.ledger.path, len(self.prepared), kept, len(self.queue), len(self.refused))
-        for tid, changed in list(self.refused.items())[:20]:
-            logger.warning("%s", refused_message(tid, changed, str(self.ledger.path)))
+        planned = plan(self.ledger, list(self.prepared.values()))
+        self.queue.extend(Task(p.task_id, p.item, 0) for p in planned.to_run)
+        self.refused = planned.refused
+        self.counts["accepted"] = planned.kept
 
     def _dispatch(self) -> None:
         scheduler, cond, queue, inflight = self.scheduler, self.cond, self.queue, self.inflight

@@ -20,6 +20,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from . import _document
+from ._array import absorb_fragments, live_leases, work_root
 from ._atomic import HOST, atomic_write, pid_alive, remove_stale_tmp
 from ._errors import DriverBusyError, LedgerError
 from ._records import merge
@@ -97,13 +98,24 @@ class Ledger:
         except Timeout:
             raise DriverBusyError(self._busy_message()) from None
         try:
+            leases = live_leases(self.path)
+            if leases:
+                owner = leases[0]["owner"]
+                raise DriverBusyError(
+                    f"ledger {self.path} is in use by {len(leases)} array worker(s) holding "
+                    f"task leases (e.g. {owner.get('worker')} on {owner.get('host')}); wait for "
+                    "them to finish or cancel their job, then run again")
             with self._file_lock:
                 remove_stale_tmp(self.path)
+                settled: list[Path] = []
                 if self.path.exists():
                     doc = _document.read(self.path)
+                    settled = absorb_fragments(doc, self.path)
                     if not resume:
                         saved = _document.backup_path(self.path, "replaced")
                         os.replace(self.path, saved)
+                        if work_root(self.path).exists():  # its array fragments go with it
+                            os.replace(work_root(self.path), work_root(saved))
                         logger.info("resume=False: the old ledger was kept as %s", saved)
                         doc = _document.new_document()
                     else:
@@ -115,6 +127,8 @@ class Ledger:
                     "started": now, "ended": None, "status": "running", "refused": [],
                 }])[-RUNS_LIMIT:]
                 self._write_locked()
+                for fragment in settled:
+                    fragment.unlink(missing_ok=True)
         except BaseException:
             self._driver_lock.release()
             raise

@@ -1,0 +1,135 @@
+"""Array workers (`campaign worker`) sharing one ledger by leases and fragments, run as real
+processes: all tasks accepted once, a SIGKILLed worker's task reclaimed after its lease expires,
+SIGUSR1/SIGTERM release the running task as interrupted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from campaign import read_ledger
+from campaign._array import merge_fragments, work_root
+from campaign._submit import prepare_submission
+from conftest import PYTHON, ROOT, child_env
+
+TASK = ROOT / "tests" / "array_data" / "array_task.py"
+
+
+def setup(tmp_path: Path, n: int, sleep: float) -> tuple[Path, Path, str]:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    ledger = tmp_path / "ledger.json"
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f'target = "{TASK}:run"\nitems = "items.json"\nledger = "ledger.json"\n')
+    (tmp_path / "items.json").write_text("[]")
+    items = [{"task_id": f"t{i:03d}", "x": i, "sleep": sleep, "marks": str(marks)}
+             for i in range(n)]
+    sub = prepare_submission(items, ledger_path=ledger)
+    assert len(sub.plan.to_run) == n
+    return ledger, spec, sub.id
+
+
+def start_worker(spec: Path, submission: str, index: int, lease: float = 2.0) -> subprocess.Popen:
+    env = dict(child_env(), SLURM_ARRAY_JOB_ID="777", SLURM_ARRAY_TASK_ID=str(index))
+    return subprocess.Popen([PYTHON, "-m", "campaign._cli", "worker", str(spec), "--submission",
+                             submission, "--lease-seconds", str(lease), "--merge-every", "0.5"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def runs_of(marks: Path) -> dict[str, list[tuple[str, float]]]:
+    runs: dict[str, list[tuple[str, float]]] = {}
+    for mark in marks.glob("*.start"):
+        tid, worker, _, ns, _ = mark.name.split(".")
+        runs.setdefault(tid, []).append((worker, int(ns) / 1e9))
+    return runs
+
+
+def finish(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+
+
+def test_three_workers_share_a_submission(tmp_path):
+    ledger, spec, sid = setup(tmp_path, 120, 0.01)
+    procs = [start_worker(spec, sid, i) for i in range(3)]
+    finish(procs)
+    tasks = read_ledger(ledger)["tasks"]
+    assert all(rec["status"] == "accepted" for rec in tasks.values())
+    assert [rec["result"]["x2"] for rec in tasks.values()] == [2 * i for i in range(120)]
+    runs = runs_of(tmp_path / "marks")
+    assert all(len(runs[tid]) == 1 for tid in tasks)  # each task ran once, in one element
+    workers = {rec["worker"] for rec in tasks.values()}
+    assert workers == {"777_0", "777_1", "777_2"}
+    assert not list(work_root(ledger).glob("*/leases/*.json"))  # every lease released
+    assert merge_fragments(ledger) == 0  # everything already merged
+
+
+def test_a_killed_workers_task_is_reclaimed_after_its_lease_expires(tmp_path):
+    ledger, spec, sid = setup(tmp_path, 40, 0.15)
+    victim = start_worker(spec, sid, 0, lease=1.5)
+    marks = tmp_path / "marks"
+    deadline = time.monotonic() + 30
+    while not any(m.name.split(".")[1] == "0" for m in marks.glob("*.start")):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    others = [start_worker(spec, sid, i, lease=1.5) for i in (1, 2)]
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    finish(others)
+    tasks = read_ledger(ledger)["tasks"]
+    assert all(rec["status"] == "accepted" for rec in tasks.values())
+    lost = [tid for tid, rec in tasks.items() if rec["interruptions"]]
+    assert len(lost) == 1
+    rec = tasks[lost[0]]
+    assert rec["history"][-1]["error"]["type"] == "WorkerLost"
+    assert "777_0" in rec["history"][-1]["error"]["message"] and rec["worker"] != "777_0"
+    runs = runs_of(marks)
+    assert sorted(w for w, _ in runs[lost[0]])[0] == "0" and len(runs[lost[0]]) == 2
+    # the reclaimed run began only after the lease had expired: never two holders at once
+    first, second = sorted(runs[lost[0]], key=lambda r: r[1])
+    assert second[1] - first[1] >= 1.5
+
+
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
+def test_a_signal_releases_the_running_task_as_interrupted(tmp_path, signum):
+    ledger, spec, sid = setup(tmp_path, 6, 0.5)
+    proc = start_worker(spec, sid, 0)
+    marks = tmp_path / "marks"
+    deadline = time.monotonic() + 30
+    while not list(marks.glob("*.start")):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and f"stopped by signal {int(signum)}" in err
+    tasks = read_ledger(ledger)["tasks"]
+    assert tasks["t000"]["status"] == "interrupted"
+    assert signal.Signals(signum).name in tasks["t000"]["error"]["message"]
+    assert not list(work_root(ledger).glob("*/leases/*.json"))  # released at once
+    finish([start_worker(spec, sid, 1)])
+    tasks = read_ledger(ledger)["tasks"]
+    assert all(rec["status"] == "accepted" for rec in tasks.values())
+    assert tasks["t000"]["attempts"] == 2 and tasks["t000"]["worker"] == "777_1"
+
+
+def test_a_driver_is_refused_while_workers_hold_leases(tmp_path):
+    from campaign import DriverBusyError, checkpointed_map
+
+    ledger, spec, sid = setup(tmp_path, 4, 1.0)
+    proc = start_worker(spec, sid, 0, lease=30)
+    marks = tmp_path / "marks"
+    deadline = time.monotonic() + 30
+    while not list(marks.glob("*.start")):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with pytest.raises(DriverBusyError, match="array worker"):
+        checkpointed_map(lambda it: {}, [{"task_id": "t000"}], ledger_path=ledger)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert os.path.exists(ledger)
