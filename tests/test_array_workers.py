@@ -130,6 +130,11 @@ def test_a_driver_is_refused_while_workers_hold_leases(tmp_path):
         time.sleep(0.01)
     with pytest.raises(DriverBusyError, match="array worker"):
         checkpointed_map(lambda it: {}, [{"task_id": "t000"}], ledger_path=ledger)
+    status = subprocess.run([PYTHON, "-m", "campaign._cli", "status", str(ledger)],
+                            env=child_env(), capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    line = next(x for x in status.stdout.splitlines() if x.strip().startswith("t000"))
+    assert "worker 777_0" in line  # which array element holds which task
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
     assert os.path.exists(ledger)

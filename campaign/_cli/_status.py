@@ -1,7 +1,8 @@
 """``campaign status``: where a campaign stands, read from its ledger in one pass.
 
 Reads the file without a lock (a ledger is always replaced atomically), so it works while a run
-writes the same ledger and on a copy taken to another machine. Fast on large ledgers: one
+writes the same ledger and on a copy taken to another machine. Array workers' fragments not yet
+merged are counted, and the tasks they hold are listed as running with their array element. Fast on large ledgers: one
 ``orjson.loads`` and one loop over the records.
 """
 
@@ -38,7 +39,8 @@ def status_command(ledger: Path, as_json: bool) -> int:
         doc = read_ledger(ledger)
     finally:
         gc.enable()
-    facts = summarize(doc, str(ledger), time.time())
+    holders = _with_array_workers(doc, ledger)
+    facts = summarize(doc, str(ledger), time.time(), array_workers=holders)
     if as_json:
         click.echo(orjson.dumps(facts, option=orjson.OPT_INDENT_2).decode())
     else:
@@ -46,13 +48,34 @@ def status_command(ledger: Path, as_json: bool) -> int:
     return 0
 
 
-def summarize(doc: dict[str, Any], path: str, now: float) -> dict[str, Any]:
-    """The facts `campaign status` shows, as plain JSON."""
+def _with_array_workers(doc: dict[str, Any], ledger: Path) -> int:
+    """Overlay what array workers did since their last merge (fragments) and hold now (leases:
+    shown as running, with the array element as worker). Returns how many leases are live."""
+    from .._array import live_leases, overlay
+
+    overlay(doc, ledger)
+    leases = live_leases(ledger)
+    tasks = doc["tasks"]
+    for lease in leases:
+        rec = tasks.get(lease["task_id"])
+        if rec is not None and rec["status"] != "accepted":
+            owner = lease["owner"]
+            tasks[lease["task_id"]] = dict(rec, status="running", host=owner.get("host"),
+                                           pid=owner.get("pid"), worker=owner.get("worker"),
+                                           started=lease["claimed"])
+    return len(leases)
+
+
+def summarize(doc: dict[str, Any], path: str, now: float,
+              array_workers: int = 0) -> dict[str, Any]:
+    """The facts `campaign status` shows, as plain JSON. ``array_workers``: live leases (a
+    submitted run with live leases is active)."""
     from .._atomic import HOST, pid_alive
 
     runs = doc["runs"]
     last = runs[-1] if runs else None
-    active = last is not None and last.get("status") == "running"
+    active = last is not None and (last.get("status") == "running" or (
+        last.get("status") == "submitted" and array_workers > 0))
     since = (last.get("started") or 0.0) if last else 0.0
     counts = dict.fromkeys(_STATUSES, 0)
     attempts = retried = most = interruptions = ended_in_run = ended_recent = failed_before = 0
