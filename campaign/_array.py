@@ -1,11 +1,13 @@
 """Many workers on one ledger (Slurm job arrays): leases, done marks and fragment files.
 
-Beside the ledger ``L``, the folder ``L.work/<submission>/`` holds:
+Beside the ledger ``L``, the folder ``L.work/`` holds ``leases/`` (shared by all submissions) and
+one folder ``<submission>/`` per submission with ``done/`` and ``fragments/``:
 
 - ``leases/<key>.json``: who runs a task now. Created with ``O_CREAT | O_EXCL`` (one winner),
   refreshed by a heartbeat (atomic replace), deleted when the task ends. A lease whose
   ``expires`` has passed belongs to a dead worker and is taken over under ``<ledger>.lock``.
-- ``done/<key>``: the task ended (accepted or failed) in this submission: nobody claims it again.
+- ``<submission>/done/<key>``: the task ended (accepted or failed) in this submission: nobody
+  claims it again in it. ``accepted/<key>`` (shared): accepted; no submission claims it again.
 - ``fragments/<time>-<owner>-<n>.json``: the records a worker wrote, each file written
   atomically. `merge_fragments` applies them to the ledger under its lock; a fragment is deleted
   only once a later merge finds the ledger already holds its records, so a merge lost to a
@@ -50,11 +52,12 @@ class WorkDir:
         self.ledger = Path(ledger)
         self.submission = submission
         self.root = work_root(self.ledger) / submission
-        self.leases = self.root / "leases"
+        self.leases = work_root(self.ledger) / "leases"  # shared: one holder across submissions
         self.done = self.root / "done"
+        self.accepted = work_root(self.ledger) / "accepted"
         self.fragments = self.root / "fragments"
         self.lease_seconds = lease_seconds
-        for folder in (self.leases, self.done, self.fragments):
+        for folder in (self.leases, self.done, self.accepted, self.fragments):
             folder.mkdir(parents=True, exist_ok=True)
         self._seq = 0
         self._mutex = threading.Lock()
@@ -66,7 +69,7 @@ class WorkDir:
         Returns the lease; its ``stolen_from`` names the dead owner whose expired lease was taken.
         """
         key = task_key(task_id)
-        if (self.done / key).exists():
+        if self._done(key):
             return None
         path = self.leases / f"{key}.json"
         lease = self._new_lease(task_id, owner)
@@ -87,10 +90,14 @@ class WorkDir:
         return self._unless_done(key, path, lease)
 
     def is_done(self, task_id: str) -> bool:
-        return (self.done / task_key(task_id)).exists()
+        return self._done(task_key(task_id))
+
+    def _done(self, key: str) -> bool:
+        """Ended in this submission, or accepted in any (another may run beside it)."""
+        return (self.done / key).exists() or (self.accepted / key).exists()
 
     def _unless_done(self, key: str, path: Path, lease: dict[str, Any]) -> dict[str, Any] | None:
-        if (self.done / key).exists():  # it ended between our look and our claim
+        if self._done(key):  # it ended between our look and our claim
             path.unlink(missing_ok=True)
             return None
         return lease
@@ -134,9 +141,11 @@ class WorkDir:
             atomic_write(path, orjson.dumps(lease))
         return True
 
-    def release(self, lease: dict[str, Any], *, done: bool) -> None:
+    def release(self, lease: dict[str, Any], *, done: bool, accepted: bool = False) -> None:
         """The task ended: mark it done (accepted or failed) if so, then drop the lease."""
         key = task_key(lease["task_id"])
+        if accepted:
+            (self.accepted / key).touch()
         if done:
             (self.done / key).touch()
         path = self.leases / f"{key}.json"
@@ -234,7 +243,7 @@ def live_leases(ledger: Path) -> list[dict[str, Any]]:
         return []
     now = time.time()
     found = []
-    for path in root.glob("*/leases/*.json"):
+    for path in (root / "leases").glob("*.json"):
         lease = WorkDir._read(path)
         if lease is not None and lease["expires"] > now:
             found.append(lease)

@@ -174,7 +174,7 @@ def _run_one(fn, rec, tid, work, owner, lease, summary, retries, max_interruptio
             return rec
         new = _records.finished(begun, ACCEPTED, at=time.time(), result=stored)
         work.write_fragment({tid: new}, owner)
-        work.release(lease, done=True)
+        work.release(lease, done=True, accepted=True)
         summary.accepted += 1
         return new
     raise AssertionError("unreachable")
