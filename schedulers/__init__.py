@@ -22,13 +22,26 @@ from ._devices import normalize_groups as normalize_groups
 from ._devices import visible_gpus as visible_gpus
 from ._processes import ProcessesScheduler as ProcessesScheduler
 from ._serial import SerialScheduler as SerialScheduler
+from .slurm import ACTIVE_STATES as ACTIVE_STATES
+from .slurm import ENDED_STATES as ENDED_STATES
+from .slurm import Backoff as Backoff
+from .slurm import JobWatcher as JobWatcher
+from .slurm import SlurmCommandError as SlurmCommandError
+from .slurm import SlurmScheduler as SlurmScheduler
+from .slurm import job_states as job_states
+from .slurm import poll_until as poll_until
+from .slurm import render_array_script as render_array_script
+from .slurm import sbatch as sbatch
+from .slurm import scancel as scancel
+from .slurm import slurm_available as slurm_available
 
-#: Execution names and the schedulers they select.
+#: Execution names and the schedulers they select (each imports dask & co. only when started).
 SCHEDULERS: dict[str, type[Scheduler]] = {"serial": SerialScheduler,
                                           "processes": ProcessesScheduler,
-                                          "dask": DaskScheduler}
+                                          "dask": DaskScheduler,
+                                          "slurm": SlurmScheduler}
 #: Names that are part of the design but not available in this version.
-PLANNED = ("slurm",)
+PLANNED: tuple[str, ...] = ()
 
 
 def make_scheduler(execution: str | Scheduler, **options: Any) -> Scheduler:

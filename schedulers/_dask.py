@@ -44,6 +44,8 @@ class DaskScheduler(Scheduler):
     """
 
     name = "dask"
+    #: What runs a batch on a worker; a subclass may add to where the tasks ran.
+    run_batch = staticmethod(run_batch)
 
     def __init__(self, device_groups: Any = None, *, client: Any = None,
                  scheduler_address: str | None = None, workers: int | None = None,
@@ -89,12 +91,17 @@ class DaskScheduler(Scheduler):
             self._owned.insert(0, self.client)
         self._threads = max(1, sum(self.client.nthreads().values()))
         self._resources = {"GPU": 1} if self.groups is not None else None
-        [self._fn] = self.client.scatter([fn], broadcast=True, hash=False)
+        self._fn = self._share(fn)
         self._completed = as_completed()
         self._have_work = threading.Event()
         self._stopping = False
         self._monitor = threading.Thread(target=self._watch, name="dask-monitor", daemon=True)
         self._monitor.start()
+
+    def _share(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn`` as each batch refers to it: sent once to every worker."""
+        [future] = self.client.scatter([fn], broadcast=True, hash=False)
+        return future
 
     def _embedded_cluster(self) -> Any:
         from distributed import LocalCluster, Nanny, Scheduler as DaskScheduler_, SpecCluster
@@ -140,7 +147,7 @@ class DaskScheduler(Scheduler):
             batch, self._buffer = (self._buffer[:self._batch_size],
                                    self._buffer[self._batch_size:])
             key = f"campaign-batch-{uuid.uuid4().hex}"
-            future = self.client.submit(run_batch, self._fn,
+            future = self.client.submit(self.run_batch, self._fn,
                                         [(t.task_id, t.attempt, t.item) for t in batch],
                                         key=key, pure=False, resources=self._resources)
             now = time.time()

@@ -19,6 +19,7 @@ from ._forget import forget_command
 from ._results import results_command
 from ._run import run_command
 from ._status import status_command
+from ._submit import submit_command
 from ._worker import worker_command
 
 
@@ -41,6 +42,7 @@ cli.add_command(status_command)
 cli.add_command(results_command)
 cli.add_command(failures_command)
 cli.add_command(forget_command)
+cli.add_command(submit_command)
 cli.add_command(worker_command)
 
 

@@ -25,6 +25,7 @@ SPEC_KEYS: dict[str, tuple[type, Any]] = {
     "max_interruptions": (int, 3),
     "id_field": (str, None),
     "options": (dict, {}),
+    "array": (dict, {}),
 }
 
 
@@ -42,6 +43,7 @@ class RunConfig:
     max_interruptions: int = 3
     id_field: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    array: dict[str, Any] = field(default_factory=dict)
     spec: Path | None = None
 
 
