@@ -6,6 +6,8 @@ one folder ``<submission>/`` per submission with ``done/`` and ``fragments/``:
 - ``leases/<key>.json``: who runs a task now. Created with ``O_CREAT | O_EXCL`` (one winner),
   refreshed by a heartbeat (atomic replace), deleted when the task ends. A lease whose
   ``expires`` has passed belongs to a dead worker and is taken over under ``<ledger>.lock``.
+- ``latest/<key>.json`` (shared): the newest record a worker wrote for the task, so that the next
+  worker to claim it continues its attempts and history.
 - ``<submission>/done/<key>``: the task ended (accepted or failed) in this submission: nobody
   claims it again in it. ``accepted/<key>`` (shared): accepted; no submission claims it again.
 - ``fragments/<time>-<owner>-<n>.json``: the records a worker wrote, each file written
@@ -54,10 +56,11 @@ class WorkDir:
         self.root = work_root(self.ledger) / submission
         self.leases = work_root(self.ledger) / "leases"  # shared: one holder across submissions
         self.done = self.root / "done"
+        self.latest = work_root(self.ledger) / "latest"
         self.accepted = work_root(self.ledger) / "accepted"
         self.fragments = self.root / "fragments"
         self.lease_seconds = lease_seconds
-        for folder in (self.leases, self.done, self.accepted, self.fragments):
+        for folder in (self.leases, self.done, self.accepted, self.latest, self.fragments):
             folder.mkdir(parents=True, exist_ok=True)
         self._seq = 0
         self._mutex = threading.Lock()
@@ -76,11 +79,19 @@ class WorkDir:
         if self._create(path, lease):
             return self._unless_done(key, path, lease)
         old = self._read(path)
-        if old is None or old["expires"] > time.time():
+        if old is None:  # being written, or left empty by a crash: judge by its age
+            try:
+                age = time.time() - path.stat().st_mtime
+            except FileNotFoundError:
+                return None
+            if age < self.lease_seconds:
+                return None
+            old = {"owner": {"worker": "unknown"}, "expires": 0.0}
+        elif old["expires"] > time.time():
             return None
         with _document.file_lock(self.ledger):  # rare: taking over a dead worker's lease
             again = self._read(path)
-            if again != old:
+            if again != old and not (again is None and old["expires"] == 0.0):
                 return None
             path.unlink(missing_ok=True)
             lease["stolen_from"] = old["owner"]
@@ -115,7 +126,6 @@ class WorkDir:
             return False
         try:
             os.write(fd, orjson.dumps(lease))
-            os.fsync(fd)
         finally:
             os.close(fd)
         return True
@@ -138,7 +148,7 @@ class WorkDir:
                 return False
             now = time.time()
             lease.update(heartbeat=now, expires=now + self.lease_seconds)
-            atomic_write(path, orjson.dumps(lease))
+            atomic_write(path, orjson.dumps(lease), durable=False)
         return True
 
     def release(self, lease: dict[str, Any], *, done: bool, accepted: bool = False) -> None:
@@ -172,7 +182,17 @@ class WorkDir:
                 f"{self._seq}-{uuid.uuid4().hex[:6]}.json")
         path = self.fragments / name.replace("/", "_")
         atomic_write(path, orjson.dumps({"owner": owner, "records": records}))
+        for task_id, rec in records.items():  # the newest record, for the next claimer
+            atomic_write(self.latest / f"{task_key(task_id)}.json", orjson.dumps(rec),
+                         durable=False)
         return path
+
+    def newest(self, task_id: str, known: dict[str, Any]) -> dict[str, Any]:
+        """The newest record of a task: ``known``, or what a worker wrote for it since."""
+        rec = self._read(self.latest / f"{task_key(task_id)}.json")
+        if rec is not None and rec["attempts"] >= known["attempts"]:
+            return rec
+        return known
 
 
 def fragment_files(ledger: Path) -> list[Path]:

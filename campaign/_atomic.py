@@ -24,16 +24,20 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> os.stat_result:
+def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> os.stat_result:
     """Replace ``path`` by ``data``: temporary file in the same folder, write, flush, fsync,
-    ``os.replace``, fsync of the folder. Returns the new file's stat."""
+    ``os.replace``, fsync of the folder. Returns the new file's stat.
+
+    ``durable=False`` skips both fsyncs: still atomic for readers, but a crash of the machine
+    may lose the write (for hints that can be recomputed)."""
     tmp = tmp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         tmp.unlink(missing_ok=True)
@@ -44,7 +48,8 @@ def atomic_write(path: Path, data: bytes) -> os.stat_result:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
     return os.stat(path)
 
 

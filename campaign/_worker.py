@@ -93,7 +93,7 @@ def run_worker(fn: Callable[[Any], Any], ledger: Path, submission: str, *,
                     if not work.is_done(tid):
                         waiting.append(tid)  # another worker holds it: if it dies, reclaim
                     continue
-                rec = tasks[tid]
+                rec = work.newest(tid, tasks[tid])
                 if "stolen_from" in lease:
                     rec = _lost(tid, rec, lease["stolen_from"], work, owner)
                 beat.lease = lease

@@ -1,0 +1,181 @@
+"""`campaign submit` job arrays on the real test Slurm (scripts/slurm-start.sh; CI starts it).
+
+Every task run leaves marker files (task, array element, pid, start and end times), so the tests
+check what really ran where and when against the ledger."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from campaign import read_ledger
+from conftest import PYTHON, ROOT, child_env, require
+
+slurm = pytest.importorskip("schedulers.slurm")
+TASK = ROOT / "tests" / "array_data" / "array_task.py"
+
+
+@pytest.fixture(autouse=True)
+def _need_slurm():
+    require(slurm.slurm_available(), "no Slurm answers (start one with scripts/slurm-start.sh)")
+
+
+def campaign(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "campaign._cli", *args], cwd=cwd, env=child_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def make_campaign(tmp_path: Path, n: int, sleep: float, *, long_task: float | None = None,
+                  lease: int = 60) -> tuple[Path, Path]:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    items = [{"task_id": f"t{i:03d}", "x": i, "sleep": sleep, "marks": str(marks)}
+             for i in range(n)]
+    if long_task is not None:
+        items[0]["sleep"] = long_task
+    (tmp_path / "items.json").write_bytes(orjson.dumps(items))
+    spec = tmp_path / "campaign.toml"
+    spec.write_text(f'target = "{TASK}:run"\nitems = "items.json"\nledger = "ledger.json"\n'
+                    f"[array]\nlease_seconds = {lease}\n")
+    return spec, tmp_path / "ledger.json"
+
+
+def submit(spec: Path, *args: str) -> str:
+    proc = campaign("submit", str(spec), *args, cwd=spec.parent)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip().splitlines()[0]
+    assert job.isdigit(), proc.stdout
+    return job
+
+
+def wait_for_job(job: str, timeout: float = 180) -> dict[str, str]:
+    watcher = slurm.JobWatcher(job, backoff=slurm.Backoff(0.2, cap=1.0))
+    return watcher.wait(timeout=timeout)
+
+
+def runs_of(marks: Path) -> dict[str, list[tuple[str, float, float | None]]]:
+    """task -> [(element, start, end or None)]."""
+    starts, ends = {}, {}
+    for mark in marks.iterdir():
+        tid, element, pid, ns, kind = mark.name.split(".")
+        (starts if kind == "start" else ends)[(tid, element, pid)] = int(ns) / 1e9
+    runs: dict[str, list] = {}
+    for (tid, element, pid), begun in starts.items():
+        runs.setdefault(tid, []).append((element, begun, ends.get((tid, element, pid))))
+    return runs
+
+
+def assert_never_in_two_elements_at_once(runs) -> None:
+    for tid, attempts in runs.items():
+        attempts = sorted(attempts, key=lambda r: r[1])
+        for (e1, b1, end1), (e2, b2, _) in zip(attempts, attempts[1:]):
+            assert end1 is None or end1 <= b2, f"{tid} ran in elements {e1} and {e2} at once"
+
+
+def test_500_tasks_on_a_4_element_array(tmp_path):
+    spec, ledger = make_campaign(tmp_path, 500, 0.01)
+    job = submit(spec, "--array", "4", "--time", "5:00")
+    states = wait_for_job(job)
+    assert set(states.values()) == {"COMPLETED"}, states
+    tasks = read_ledger(ledger)["tasks"]
+    assert len(tasks) == 500 and all(r["status"] == "accepted" for r in tasks.values())
+    assert {r["worker"] for r in tasks.values()} <= {f"{job}_{i}" for i in range(4)}
+    assert len({r["worker"] for r in tasks.values()}) >= 2
+    runs = runs_of(tmp_path / "marks")
+    assert all(len(runs[tid]) == 1 for tid in tasks)
+    run = next(r for r in read_ledger(ledger)["runs"] if r.get("job") == job)
+    assert run["status"] == "submitted" and run["to_run"] == 500
+    again = campaign("submit", str(spec), "--array", "2", cwd=tmp_path)  # nothing left
+    assert again.returncode == 0 and "nothing to run" in again.stderr
+
+
+def wait_for_element(marks: Path, element: str) -> int:
+    """The pid of the worker of an array element, once it has started a task."""
+    deadline = time.monotonic() + 60
+    while True:
+        for mark in marks.iterdir():
+            _, index, pid, _, _ = mark.name.split(".")
+            if index == element:
+                return int(pid)
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", ["scancel", "SIGKILL"])
+def test_a_lost_element_loses_nothing_and_no_task_runs_twice_at_once(tmp_path, how):
+    spec, ledger = make_campaign(tmp_path, 60, 0.2, lease=3)
+    job = submit(spec, "--array", "4")
+    marks = tmp_path / "marks"
+    pid = wait_for_element(marks, "1")
+    if how == "scancel":  # SIGTERM: the worker releases its task at once
+        slurm.scancel(f"{job}_1")
+    else:  # killed outright (OOM killer, lost node): its lease must expire first
+        os.kill(pid, signal.SIGKILL)
+    states = wait_for_job(job)
+    assert states[f"{job}_1"] in {"CANCELLED", "FAILED"}, states
+    tasks = read_ledger(ledger)["tasks"]
+    assert all(r["status"] == "accepted" for r in tasks.values())
+    runs = runs_of(marks)
+    assert_never_in_two_elements_at_once(runs)
+    lost = [tid for tid, r in tasks.items() if r["interruptions"]]
+    assert len(lost) == 1, "the lost element held one task"
+    rec = tasks[lost[0]]
+    last = rec["history"][-1]
+    assert last["status"] == "interrupted" and last["worker"] == f"{job}_1"
+    assert rec["worker"] != f"{job}_1" and len(runs[lost[0]]) == 2
+    if how == "SIGKILL":
+        assert last["error"]["type"] == "WorkerLost"
+        first, second = sorted(runs[lost[0]], key=lambda r: r[1])
+        assert second[1] - first[1] >= 3  # claimed again only after the lease expired
+    else:
+        assert "SIGTERM" in last["error"]["message"]
+
+
+def test_array_throttle_runs_at_most_two_at_once(tmp_path):
+    spec, ledger = make_campaign(tmp_path, 40, 0.1)
+    job = submit(spec, "--array", "4%2")
+    most = 0
+    deadline = time.monotonic() + 180
+    while True:
+        states = slurm.job_states(job)
+        elements = {k: v for k, v in states.items() if "_" in k and "[" not in k}
+        most = max(most, sum(v == "RUNNING" for v in elements.values()))
+        if states and slurm.all_ended(states):
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert most == 2
+    tasks = read_ledger(ledger)["tasks"]
+    assert all(r["status"] == "accepted" for r in tasks.values())
+
+
+def test_the_end_of_an_elements_time_records_interrupted_not_failed(tmp_path):
+    spec, ledger = make_campaign(tmp_path, 3, 0.01, long_task=120)
+    # one minute of walltime, SIGUSR1 55 s before its end: after about 5 s
+    job = submit(spec, "--array", "1", "--time", "1", "--signal-before-end", "55")
+    states = wait_for_job(job, timeout=120)
+    assert set(states.values()) == {"COMPLETED"}, states  # it stopped in good order
+    rec = read_ledger(ledger)["tasks"]["t000"]
+    assert rec["status"] == "interrupted" and rec["interruptions"] == 1
+    assert "SIGUSR1" in rec["error"]["message"]
+    tasks = read_ledger(ledger)["tasks"]
+    assert {tasks[t]["status"] for t in ("t001", "t002")} == {"pending"}
+    log = next((tmp_path / "slurm-logs").glob(f"{job}_0.out")).read_text()
+    assert f"stopped by signal {int(signal.SIGUSR1)}" in log
+
+
+def test_dry_run_prints_the_script_and_writes_nothing(tmp_path):
+    spec, ledger = make_campaign(tmp_path, 3, 0.01)
+    proc = campaign("submit", str(spec), "--array", "8%3", "--time", "10:00", "--dry-run",
+                    cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "#SBATCH --array=0-7%3" in proc.stdout and "--signal=B:USR1@120" in proc.stdout
+    assert "campaign._cli worker" in proc.stdout and not ledger.exists()
+    bad = campaign("submit", str(spec), "--array", "0", cwd=tmp_path)
+    assert bad.returncode == 2 and "--array" in bad.stderr
