@@ -4,8 +4,10 @@ Run it, stop it (Ctrl-C, or kill it), run it again: finished fits are kept and n
 
     python examples/checkpointing.py [LEDGER]       # default: particles.json
 
-Until the solver core lands, `standin_solvers` plays `solvers` (`import solvers as ds`); the
-function and the call below are the seed's, with only the import changed.
+`fit_particle` and the `checkpointed_map` call are the seed's, with `import solvers as ds` and
+`from campaign import checkpointed_map` as the only substitutions. The model here is the
+closed-form decay of a tracer in a particle, c(t) = exp(-(k + D q^2) t), measured at two
+conditions q per particle: six experiments A-1 ... C-2 with seeded noise.
 """
 
 from __future__ import annotations
@@ -14,18 +16,41 @@ import logging
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+import jax
 
-import standin_solvers as ds  # noqa: E402  (later: import solvers as ds)
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import solvers as ds  # noqa: E402
 from campaign import checkpointed_map  # noqa: E402
 
-experiments = ds.three_particles()
-D = ds.inference.Parameter("D", 1.0)
-k = ds.inference.Parameter("k", 1.0)
+TRUTH = {"A": (0.5, 0.2), "B": (1.0, 0.1), "C": (0.3, 0.6)}  # D, k of each particle
 #: Seconds each fit also sleeps, so that a demo (or a test) can interrupt the campaign.
 EXTRA_SECONDS = float(os.environ.get("PARTICLES_EXTRA_SECONDS", "0"))
+
+
+def decay(params, conditions, times):
+    return jnp.exp(-(params["k"] + params["D"] * conditions["q"] ** 2) * times)
+
+
+def three_particles(seed: int = 0):
+    rng, times = np.random.default_rng(seed), np.linspace(0.1, 2.0, 20)
+    out = []
+    for name, (d, k) in TRUTH.items():
+        for n, q in enumerate((0.5, 1.5), start=1):
+            values = np.exp(-(k + d * q * q) * times) + 0.002 * rng.standard_normal(times.size)
+            out.append(ds.inference.Experiment(
+                f"{name}-{n}", decay, {"q": q},
+                ds.inference.Measurement(times, values, noise=0.002)))
+    return tuple(out)
+
+
+experiments = three_particles()
+D = ds.inference.Parameter("D", 1.0, lower=0.0)
+k = ds.inference.Parameter("k", 1.0, lower=0.0)
 
 
 def fit_particle(item):
@@ -43,10 +68,10 @@ def main(ledger_path: str = "particles.json") -> None:
     print(campaign)
     for task_id in campaign.task_ids:
         result = campaign.result(task_id)
-        if result is None:
-            continue
-        print(f"  {task_id}: D = {result['D']:.4f}, k = {result['k']:.4f}, "
-              f"converged = {result['converged']}")
+        if result is not None:
+            d, kk = TRUTH[task_id]
+            print(f"  {task_id}: D = {result['D']:.4f} (truth {d}), k = {result['k']:.4f} "
+                  f"(truth {kk}), converged = {result['converged']}")
     for failure in campaign.failures:
         print(f"  {failure}")
 

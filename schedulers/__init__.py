@@ -40,16 +40,13 @@ SCHEDULERS: dict[str, type[Scheduler]] = {"serial": SerialScheduler,
                                           "processes": ProcessesScheduler,
                                           "dask": DaskScheduler,
                                           "slurm": SlurmScheduler}
-#: Names that are part of the design but not available in this version.
-PLANNED: tuple[str, ...] = ()
 
 
 def make_scheduler(execution: str | Scheduler, **options: Any) -> Scheduler:
     """The scheduler named by ``execution`` (or ``execution`` itself if it is one).
 
     ``options`` whose value is None are dropped; the rest go to the scheduler's constructor.
-    Raises `ValueError` for unknown names, planned ones not built yet, and options the chosen
-    scheduler does not take.
+    Raises `ValueError` for unknown names and for options the chosen scheduler does not take.
     """
     options = {k: v for k, v in options.items() if v is not None}
     if isinstance(execution, Scheduler):
@@ -60,11 +57,6 @@ def make_scheduler(execution: str | Scheduler, **options: Any) -> Scheduler:
     cls = SCHEDULERS.get(execution)
     if cls is None:
         known = ", ".join(repr(n) for n in SCHEDULERS)
-        if execution in PLANNED:
-            raise ValueError(
-                f"execution={execution!r} is not available in this version of diffsoup-campaign "
-                f"(available: {known})"
-            )
         raise ValueError(f"unknown execution {execution!r}; choose one of {known}")
     accepted = [name for name, p in inspect.signature(cls).parameters.items()
                 if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]

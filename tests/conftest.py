@@ -1,4 +1,4 @@
-"""Shared fixtures. Tests use real processes, real files and real signals."""
+"""Fixtures and session set-up shared by every test folder. Helpers live in testkit.py."""
 
 from __future__ import annotations
 
@@ -8,30 +8,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-#: Set by .ci/run: a test whose real component is missing fails instead of skipping.
-REQUIRE_ALL = os.environ.get("DIFFSOUP_REQUIRE_ALL") == "1"
-
-
-def require(condition: bool, reason: str) -> None:
-    """Skip with ``reason`` when a real component is missing (fail in CI)."""
-    if not condition:
-        if REQUIRE_ALL:
-            pytest.fail(f"required component missing in CI: {reason}")
-        pytest.skip(reason)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import testkit` from any folder
+# Emulated CPU devices for the solver tests, read when a JAX backend starts (whichever test
+# starts it first); without JAX this does nothing.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 
 @pytest.fixture
 def ledger(tmp_path: Path) -> Path:
     return tmp_path / "campaign.json"
-
-
-def child_env() -> dict[str, str]:
-    """Environment for child Python processes: the project importable, no buffering."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-PYTHON = sys.executable

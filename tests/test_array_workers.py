@@ -15,7 +15,7 @@ import pytest
 from campaign import read_ledger
 from campaign._array import merge_fragments, work_root
 from campaign._submit import prepare_submission
-from conftest import PYTHON, ROOT, child_env
+from testkit import PYTHON, ROOT, child_env
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from campaign import Ledger, read_ledger
 from campaign._items import prepare_items
 from campaign._records import new_record
-from conftest import PYTHON, child_env
+from testkit import PYTHON, child_env
 
 WRITER = Path(__file__).with_name("concurrent_writer.py")
 N = 1000

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from campaign import read_ledger
-from conftest import PYTHON, child_env
+from testkit import PYTHON, child_env
 
 sys.path.insert(0, str(Path(__file__).parent))
 from crash_child import expected  # noqa: E402

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from campaign import (DriverBusyError, Interrupted, LedgerError, checkpointed_map, read_ledger)
-from conftest import PYTHON, child_env
+from testkit import PYTHON, child_env
 
 
 def square(item):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
 
 from campaign import read_ledger
-from conftest import PYTHON, ROOT, child_env
+from testkit import PYTHON, ROOT, child_env
 
 EXAMPLES = ROOT / "examples"
 
@@ -19,7 +20,7 @@ def test_checkpointing_example_runs(tmp_path):
     assert "3 tasks: accepted=3" in proc.stdout
     for name, d, k in (("A", 0.5, 0.2), ("B", 1.0, 0.1), ("C", 0.3, 0.6)):
         line = next(x for x in proc.stdout.splitlines() if x.strip().startswith(f"{name}:"))
-        fitted = dict(part.split(" = ") for part in line.split(": ", 1)[1].split(", "))
+        fitted = dict(re.findall(r"(\w+) = (\S+?)[ ,]", line + " "))
         assert abs(float(fitted["D"]) - d) < 0.01 and abs(float(fitted["k"]) - k) < 0.01
         assert fitted["converged"] == "True"
 

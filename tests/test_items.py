@@ -67,13 +67,6 @@ def test_bad_options(ledger, bad):
     assert not ledger.exists()
 
 
-@pytest.mark.parametrize("execution", ["slurm"])
-def test_schedulers_not_built_yet_are_a_clear_error(ledger, execution):
-    with pytest.raises(ValueError, match="not available in this version"):
-        checkpointed_map(never, [{"task_id": "a"}], ledger_path=ledger, execution=execution)
-    assert not ledger.exists()
-
-
 def test_unknown_execution(ledger):
     with pytest.raises(ValueError, match="unknown execution 'gpu'"):
         checkpointed_map(never, [{"task_id": "a"}], ledger_path=ledger, execution="gpu")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from campaign import checkpointed_map, read_ledger
-from conftest import PYTHON, child_env
+from testkit import PYTHON, child_env
 from schedulers import normalize_groups
 
 

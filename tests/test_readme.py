@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import ROOT
+from testkit import ROOT
 
 
 def quick_start_commands() -> list[str]:

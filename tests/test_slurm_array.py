@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from campaign import read_ledger
-from conftest import PYTHON, ROOT, child_env, require
+from testkit import PYTHON, ROOT, child_env, require
 
 slurm = pytest.importorskip("schedulers.slurm")
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
