@@ -92,7 +92,7 @@ class DaskScheduler(Scheduler):
         self._threads = max(1, sum(self.client.nthreads().values()))
         self._resources = {"GPU": 1} if self.groups is not None else None
         self._fn = self._share(fn)
-        self._completed = as_completed()
+        self._completed = as_completed(loop=self.client.loop)  # the loop of our futures
         self._have_work = threading.Event()
         self._stopping = False
         self._monitor = threading.Thread(target=self._watch, name="dask-monitor", daemon=True)
@@ -178,6 +178,9 @@ class DaskScheduler(Scheduler):
             batch = self._batches.pop(future.key)
         if future.status == "finished":
             (host, pid, worker, group), outcomes = future.result()
+            # Release before reporting: a worker lost after this point must not make dask run
+            # a batch again whose outcomes are already being recorded.
+            future.release()
             where = Placement(host, pid, worker, group)
             for task_id, attempt, how, value, begun, ended in outcomes:
                 kind = OutcomeKind.RESULT if how == "result" else OutcomeKind.ERROR
