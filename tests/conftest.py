@@ -1,4 +1,4 @@
-"""Fixtures and session set-up shared by every test folder. Helpers live in testkit.py."""
+"""Fixtures and set-up shared by every test folder. Helpers live in testkit.py."""
 
 from __future__ import annotations
 
