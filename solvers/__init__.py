@@ -1,10 +1,19 @@
-"""The JAX solver core: device meshes and layouts, and inference (data-parallel fits).
+"""The JAX solver core: device meshes and layouts, inference (data-parallel fits), sparse linear
+solvers and the implicit DAE stepper.
 
 ``import solvers as ds`` gives the names of the solver pages: ``ds.global_mesh``, ``ds.Layout``,
-``ds.mesh_groups``, ``ds.lower`` and ``ds.inference.*``. Fits want float64:
+``ds.mesh_groups``, ``ds.lower``, ``ds.pdesolve``, ``ds.JIDA``, ``ds.SaveAt``, ``ds.DAEProblem``,
+``ds.inference.*``, ``ds.dae.*`` and ``ds.linear.*``. Fits want float64:
 ``jax.config.update("jax_enable_x64", True)``. `campaign` and `schedulers` never import this.
 """
 
-from . import inference as inference
+from . import dae as dae, inference as inference, linear as linear
 from ._mesh import Layout as Layout, global_mesh as global_mesh, mesh_groups as mesh_groups
 from .inference import lower as lower
+from .dae import (
+    DAEProblem as DAEProblem,
+    JIDA as JIDA,
+    SaveAt as SaveAt,
+    Solution as Solution,
+    pdesolve as pdesolve,
+)

@@ -1,0 +1,171 @@
+"""`pdesolve`: solve a DAE problem with `JIDA`, compiled once per problem, solver and shapes.
+
+Derivatives. The solve is a `jax.custom_jvp` whose tangent is ``S @ d(inputs)``, with ``S`` the
+forward sensitivities of the saved states with respect to every input that has a non-zero
+tangent (``args`` leaves, ``y0``, ``yp0``), computed in one pass that carries all directions
+(`jax.jacfwd` through the stepping loop; each corrector's sensitivity is solved against the same
+factor as the state). Because the tangent is a matrix product it is linear and transposable, so
+`jax.jvp`, `jax.jacfwd`, `jax.grad` (reverse mode) and Hessians all work. The cost is one
+sensitivity direction per scalar input differentiated: cheap for parameters, ``n`` directions for
+``y0`` (there is no adjoint solve).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
+
+from ._context import Context, context
+from ._jida import JIDA
+from ._problem import DAEProblem
+from ._solution import STAT_NAMES, SaveAt, Solution, Status
+from ._stepper import integrate
+
+__all__ = ["pdesolve"]
+
+logger = logging.getLogger(__name__)
+
+
+def _zero_tangent(x: Any) -> Any:
+    if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+        return jnp.zeros_like(x)
+    return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _solve(ctx: Context, args: Any, y0: jax.Array, yp0: Any, t0: jax.Array, t1: jax.Array,
+           ts: jax.Array) -> Any:
+    return integrate(ctx, args, y0, yp0, t0, t1, ts)
+
+
+def _solve_jvp(ctx, primals, tangents):
+    args, y0, yp0, t0, t1, ts = primals
+    leaves, treedef = jax.tree.flatten((args, y0, yp0))
+    dleaves = jax.tree.leaves(tangents[:3], is_leaf=lambda x: isinstance(x, SymbolicZero))
+    chosen = tuple(i for i, (x, d) in enumerate(zip(leaves, dleaves))
+                   if not isinstance(d, SymbolicZero)
+                   and jnp.issubdtype(jnp.result_type(x), jnp.inexact))
+    if not chosen:
+        out = _solve(ctx, *primals)
+        return out, jax.tree.map(_zero_tangent, out)
+    jac, out = _sensitivities(ctx, treedef, chosen, leaves, t0, t1, ts)
+    ys = out[0]
+    dys = jnp.zeros_like(ys)
+    for j, i in enumerate(chosen):
+        d = jnp.asarray(dleaves[i], ys.dtype)
+        dys = dys + jnp.tensordot(jac[j], d, axes=d.ndim)
+    tangent = jax.tree.map(_zero_tangent, out)
+    return out, (dys,) + tuple(tangent[1:])
+
+
+@partial(jax.jit, static_argnums=(0, 1, 2))
+def _sensitivities(ctx: Context, treedef: Any, chosen: tuple[int, ...], leaves: list[Any],
+                   t0: jax.Array, t1: jax.Array, ts: jax.Array) -> Any:
+    """The solve and ``d ys / d leaves[i]`` for ``i`` in ``chosen``, in one pass (jitted, so a
+    model that solves twice with the same shapes, as a fit does, is traced once)."""
+    def run(*selected):
+        full = list(leaves)
+        for i, x in zip(chosen, selected):
+            full[i] = x
+        a, y, yp = jax.tree.unflatten(treedef, full)
+        out = integrate(ctx, a, y, yp, t0, t1, ts)
+        return out[0], out
+
+    return jax.jacfwd(run, argnums=tuple(range(len(chosen))), has_aux=True)(
+        *(leaves[i] for i in chosen))
+
+
+_solve.defjvp(_solve_jvp, symbolic_zeros=True)
+_compiled = jax.jit(_solve, static_argnums=(0,))
+
+
+def _concrete(x: Any) -> np.ndarray | None:
+    """The value of ``x``, or ``None`` while tracing."""
+    try:
+        return np.asarray(x)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return None
+
+
+def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0: Any,
+             yp0: Any = None, *, saveat: SaveAt | None = None, args: Any = None) -> Solution:
+    """Solve the index-1 DAE ``F(t, y, y', args) = 0`` from ``t0`` to ``t1``.
+
+    Arguments:
+        problem: a `DAEProblem` (or what a spec's ``build()`` returns).
+        solver: `JIDA(linear=..., rtol=..., atol=..., max_order=5)`; ``None`` is ``JIDA()``.
+        span: ``(t0, t1)`` with ``t1 > t0``.
+        y0: the initial state ``(n,)``. With ``JIDA(initialize=True)`` (default) its algebraic
+            part is only a first guess: it is made consistent, as are the derivatives.
+        yp0: initial derivatives; ``None`` lets the consistent initialization compute them.
+        saveat: `SaveAt(ts=...)`: where to return the state; default ``t1`` only.
+        args: the residual's ``args`` (parameters); default ``problem.args``.
+
+    Returns:
+        A `Solution`: ``ts``, ``ys`` (``(len(ts), n)``), ``stats`` and ``status``. A failed solve
+        is returned, not raised: ``status`` says why, and the states it did not reach are NaN.
+
+    Traceable (call it inside ``jit``, ``vmap``, a fit's model) and differentiable with respect
+    to ``args``, ``y0`` and ``yp0`` (`jax.jvp`, `jax.jacfwd`, `jax.grad`); not with respect to
+    the times. Outside a trace it runs compiled, once per problem, solver and output shape.
+
+    Raises:
+        TypeError, ValueError: for a wrong problem, shapes or times (before anything compiles).
+    """
+    if hasattr(problem, "build") and not isinstance(problem, DAEProblem):
+        raise TypeError(f"pdesolve takes a DAEProblem; build it first: "
+                        f"pdesolve({type(problem).__name__}.build(layout=None), ...)")
+    if not isinstance(problem, DAEProblem):
+        raise TypeError(f"pdesolve takes a DAEProblem, got {type(problem).__name__}")
+    solver = JIDA() if solver is None else solver
+    if not isinstance(solver, JIDA):
+        raise TypeError(f"pdesolve's solver must be JIDA(...), got {solver!r}")
+    saveat = SaveAt() if saveat is None else saveat
+    if not isinstance(saveat, SaveAt):
+        raise TypeError(f"saveat must be SaveAt(ts=...), got {saveat!r}")
+    try:
+        t0, t1 = span
+    except (TypeError, ValueError):
+        raise ValueError(f"span must be (t0, t1), got {span!r}") from None
+    dtype = jnp.result_type(float)
+    if y0 is None:
+        raise ValueError(f"pdesolve needs y0, an array of shape ({problem.n},)")
+    y0 = jnp.asarray(y0, dtype)
+    if y0.shape != (problem.n,):
+        raise ValueError(f"y0 has shape {y0.shape} but {problem!r} has {problem.n} unknowns")
+    if yp0 is not None:
+        yp0 = jnp.asarray(yp0, dtype)
+        if yp0.shape != (problem.n,):
+            raise ValueError(f"yp0 has shape {yp0.shape}; give ({problem.n},) or None")
+    elif not solver.initialize:
+        raise ValueError("JIDA(initialize=False) uses y0 and yp0 as given: pass yp0= (or let "
+                         "the solver initialize consistently)")
+    t0, t1 = jnp.asarray(t0, dtype), jnp.asarray(t1, dtype)
+    ts = jnp.reshape(t1, (1,)) if saveat.ts is None else jnp.asarray(saveat.ts, dtype)
+    if ts.ndim != 1 or ts.size == 0:
+        raise ValueError(f"SaveAt(ts=...) must be a non-empty 1-D array, got shape {ts.shape}")
+    c0, c1, cts = _concrete(t0), _concrete(t1), _concrete(ts)
+    if c0 is not None and c1 is not None and not c1 > c0:
+        raise ValueError(f"span (t0, t1) = ({float(c0)!r}, {float(c1)!r}) needs t1 > t0")
+    if cts is not None:
+        if np.any(np.diff(cts) < 0):
+            raise ValueError("SaveAt(ts=...) must be sorted in increasing order")
+        if c0 is not None and c1 is not None and (cts[0] < c0 or cts[-1] > c1):
+            raise ValueError(f"SaveAt(ts=...) spans [{cts[0]!r}, {cts[-1]!r}], outside the "
+                             f"span [{float(c0)!r}, {float(c1)!r}]; save inside [t0, t1]")
+    args = problem.args if args is None else args
+    ctx = context(problem, solver)
+    ys, stats, code = _compiled(ctx, args, y0, yp0, t0, t1, ts)
+    sol = Solution(ts=ts, ys=ys, stats=dict(zip(STAT_NAMES, stats)), code=code)
+    concrete = _concrete(code)
+    if concrete is not None and concrete.ndim == 0 and int(concrete) != Status.SUCCESS.code:
+        status = Status.of(int(concrete))
+        logger.warning("pdesolve of %r ended with %s: %s", problem, status.name.lower(),
+                       status.message)
+    return sol
