@@ -1,50 +1,64 @@
 """The processes scheduler: one long-lived worker process per device group.
 
-Each worker is started with the spawn method and ``CUDA_VISIBLE_DEVICES`` set to its group
-before it imports anything, so tasks never share a GPU and the driver never touches one. A worker
-that dies (SIGKILL, segfault, ``os._exit``, out of memory) is replaced and its task reported lost;
-a task that runs past ``timeout`` has its worker killed and replaced and is reported failed.
+Each worker is a fresh interpreter (spawned, never forked; `schedulers._child`) started with
+``CUDA_VISIBLE_DEVICES`` set to its group before it imports anything, so tasks never share a GPU
+and the driver never touches one. A worker that dies (SIGKILL, segfault, ``os._exit``, out of
+memory) is replaced and its task reported lost; a task that runs past ``timeout`` has its worker
+killed and replaced and is reported failed.
+
+When tasks are short (under `LOOKAHEAD_BELOW` seconds on average) each busy worker also holds
+the next task, so it starts it without waiting for a round trip to the driver. A held task has
+not started: if its worker dies it goes back to the queue unmarked.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import signal
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from multiprocessing import Pipe
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
 from ._base import Scheduler
+from ._child import ChildProcess
 from ._devices import normalize_groups, visible_gpus
 from ._events import ErrorInfo, Outcome, OutcomeKind, Placement, Report, Started, Task
 from ._host import HOST
-from ._worker import worker_main
 
 logger = logging.getLogger(__name__)
 
-_ENV_LOCK = threading.Lock()
 #: A slot whose worker dies this many times in a row before it is ready is given up.
 MAX_START_FAILURES = 3
+#: Busy workers hold their next task while the mean task takes less than this (seconds).
+LOOKAHEAD_BELOW = 1.0
 
 
 @dataclass(eq=False)
 class _Worker:
     index: int
     group: tuple[int, ...] | None
-    process: Any
-    conn: Any
+    process: ChildProcess
     pid: int = 0
     ready: bool = False
-    task: Task | None = None
+    task: Task | None = None  # running (its "begin" arrived)
+    held: deque[Task] = field(default_factory=deque)  # sent, not begun yet
     begun: float = 0.0
     deadline: float = float("inf")
     start_failures: int = 0
     name: str = field(default="")
+
+    @property
+    def conn(self) -> Any:
+        return self.process.conn
+
+    @property
+    def idle(self) -> bool:
+        return self.ready and self.task is None and not self.held
 
 
 class ProcessesScheduler(Scheduler):
@@ -76,16 +90,18 @@ class ProcessesScheduler(Scheduler):
                 groups = [None] * count
         self.groups: list[tuple[int, ...] | None] = groups
         self.timeout = timeout
-        self._ctx = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()
         self._pending: deque[Task] = deque()
         self._workers: list[_Worker] = []
         self._stopping = False
         self._fatal: ErrorInfo | None = None
 
+        self._mean = 0.0  # mean task duration (seconds), once one finished
+        self._seen = 0
+
     @property
     def slots(self) -> int:
-        return len(self.groups)
+        return 2 * len(self.groups)  # one running and one held per worker
 
     # ------------------------------------------------------------------ life cycle
     def start(self, fn: Callable[[Any], Any], report: Report) -> None:
@@ -93,7 +109,7 @@ class ProcessesScheduler(Scheduler):
 
         super().start(fn, report)
         self._fn_bytes = cloudpickle.dumps(fn)
-        self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
+        self._wake_r, self._wake_w = Pipe(duplex=False)
         self._workers = [self._spawn(i, group) for i, group in enumerate(self.groups)]
         logger.info("started %d worker processes (device groups: %s)", len(self._workers),
                     ", ".join(str(g) for g in self.groups))
@@ -102,26 +118,15 @@ class ProcessesScheduler(Scheduler):
         self._monitor.start()
 
     def _spawn(self, index: int, group: tuple[int, ...] | None, failures: int = 0) -> _Worker:
-        parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=worker_main, args=(child, self._fn_bytes),
-                                    name=f"campaign-worker-{index}", daemon=True)
-        with _ENV_LOCK:  # spawn copies this process's environment at start()
-            saved = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES",
-                                                     "DIFFSOUP_DEVICE_GROUP")}
-            if group is not None:
-                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, group))
-                os.environ["DIFFSOUP_DEVICE_GROUP"] = ",".join(map(str, group))
-            try:
-                process.start()
-            finally:
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
-        child.close()
-        return _Worker(index, group, process, parent, start_failures=failures,
-                       name=f"proc-{index}")
+        env = {}
+        if group is not None:
+            env["CUDA_VISIBLE_DEVICES"] = env["DIFFSOUP_DEVICE_GROUP"] = ",".join(map(str, group))
+        process = ChildProcess(f"campaign-worker-{index}", env)
+        try:
+            process.conn.send_bytes(self._fn_bytes)
+        except OSError:  # it died at once; the monitor sees its sentinel and replaces it
+            pass
+        return _Worker(index, group, process, start_failures=failures, name=f"proc-{index}")
 
     def stop(self) -> None:
         with self._lock:
@@ -139,7 +144,7 @@ class ProcessesScheduler(Scheduler):
             if w.process.is_alive():
                 w.process.kill()
                 w.process.join()
-            w.conn.close()
+            w.process.close()
         if hasattr(self, "_monitor"):
             self._monitor.join(timeout=5.0)
             self._wake_r.close()
@@ -162,20 +167,27 @@ class ProcessesScheduler(Scheduler):
             pass
 
     def _assign_locked(self) -> None:
-        for w in self._workers:
-            if not self._pending:
-                return
-            if w.ready and w.task is None:
-                task = self._pending.popleft()
-                w.task, w.begun = task, time.time()
-                w.deadline = time.monotonic() + self.timeout if self.timeout else float("inf")
-                try:
-                    w.conn.send((task.task_id, task.attempt, task.item))
-                except Exception as exc:  # e.g. an item that cannot be pickled
-                    w.task = None
-                    self._fail_locked(task, ErrorInfo.from_exception(exc))
-                    continue
-                self.report(Started(task.task_id, task.attempt, self._placement(w), w.begun))
+        for w in self._workers:  # first every idle worker gets a task
+            if self._pending and w.idle:
+                self._send(w)
+        if self._seen and self._mean < LOOKAHEAD_BELOW:  # then busy ones hold the next one
+            for w in self._workers:
+                if self._pending and w.ready and w.task is not None and not w.held:
+                    self._send(w)
+
+    def _send(self, w: _Worker) -> None:
+        task = self._pending.popleft()
+        try:
+            w.conn.send(("task", task.task_id, task.attempt, task.item))
+        except Exception as exc:  # e.g. an item that cannot be pickled
+            self._fail_locked(task, ErrorInfo.from_exception(exc))
+        else:
+            w.held.append(task)
+
+    def _requeue(self, w: _Worker) -> None:
+        """Tasks held by a worker that is gone go back to the front of the queue, unmarked."""
+        self._pending.extendleft(reversed(w.held))
+        w.held.clear()
 
     def _placement(self, w: _Worker) -> Placement:
         return Placement(HOST, w.pid, w.name, w.group)
@@ -192,7 +204,8 @@ class ProcessesScheduler(Scheduler):
                 if self._stopping:
                     return
                 by_conn = {w.conn: w for w in self._workers}
-                by_sentinel = {w.process.sentinel: w for w in self._workers}
+                by_sentinel = {w.process.sentinel: w for w in self._workers
+                               if w.process.sentinel is not None}
                 nearest = min((w.deadline for w in self._workers), default=float("inf"))
             timeout = None if nearest == float("inf") else max(0.0, nearest - time.monotonic())
             ready = wait([self._wake_r, *by_conn, *by_sentinel], timeout)
@@ -202,10 +215,12 @@ class ProcessesScheduler(Scheduler):
                 if self._wake_r in ready:
                     while self._wake_r.poll():
                         self._wake_r.recv_bytes()
+                dead = [by_sentinel[s] for s in ready if s in by_sentinel]
                 for conn in (c for c in ready if c in by_conn):
-                    self._receive(by_conn[conn])
-                for sentinel in (s for s in ready if s in by_sentinel):
-                    w = by_sentinel[sentinel]
+                    w = by_conn[conn]
+                    if not self._receive(w) and w not in dead:  # its socket closed
+                        dead.append(w)
+                for w in dead:
                     while w.conn.poll():  # what it sent before it died comes first
                         if not self._receive(w):
                             break
@@ -226,11 +241,19 @@ class ProcessesScheduler(Scheduler):
             w.pid, w.ready, w.start_failures = message[1], True, 0
         elif kind == "fatal":
             self._give_up(w, message[1])
+        elif kind == "begin":
+            _, task_id, attempt, begun = message
+            if w.held and w.held[0].task_id == task_id:
+                w.task, w.begun = w.held.popleft(), begun
+                w.deadline = time.monotonic() + self.timeout if self.timeout else float("inf")
+                self.report(Started(task_id, attempt, self._placement(w), begun))
         elif kind == "done":
             _, task_id, attempt, how, value, begun, ended = message
             task, w.task, w.deadline = w.task, None, float("inf")
             if task is None or task.task_id != task_id:
                 return True
+            self._seen += 1
+            self._mean += ((ended - begun) - self._mean) / min(self._seen, 100)
             where = self._placement(w)
             if how == "result":
                 out = Outcome(task_id, attempt, OutcomeKind.RESULT, where, begun, ended,
@@ -242,7 +265,12 @@ class ProcessesScheduler(Scheduler):
         return True
 
     def _death_cause(self, w: _Worker) -> str:
-        w.process.join()
+        where = f"worker {w.name} (pid {w.pid or w.process.pid}, device group {w.group})"
+        w.process.join(2.0)  # its socket closes a moment before it exits
+        if w.process.is_alive():  # it closed its end of the socket: of no use any more
+            w.process.kill()
+            w.process.join()
+            return f"{where} closed its connection to the driver and was killed"
         code = w.process.exitcode
         how = f"exit code {code}"
         if code is not None and code < 0:
@@ -250,7 +278,6 @@ class ProcessesScheduler(Scheduler):
                 how = f"signal {signal.Signals(-code).name}"
             except ValueError:
                 how = f"signal {-code}"
-        where = f"worker {w.name} (pid {w.pid or w.process.pid}, device group {w.group})"
         return f"{where} died with {how}"
 
     def _replace(self, w: _Worker, cause: str) -> None:
@@ -264,10 +291,13 @@ class ProcessesScheduler(Scheduler):
                                 error=ErrorInfo("WorkerLost", f"{cause} while running the task")))
         else:
             logger.warning("%s; replacing it", cause)
-        w.conn.close()
+        self._requeue(w)
+        w.process.close()
         failures = 0 if w.ready else w.start_failures + 1
         if self._fatal is not None:
             self._workers.remove(w)
+            while self._pending:
+                self._fail_locked(self._pending.popleft(), self._fatal)
             return
         if failures >= MAX_START_FAILURES:
             self._give_up(w, ErrorInfo("WorkerStartError",
@@ -285,7 +315,8 @@ class ProcessesScheduler(Scheduler):
                                 "TaskTimeout",
                                 f"the task ran longer than timeout={self.timeout} s; its worker "
                                 f"{w.name} (pid {w.pid}) was killed and replaced")))
-        w.conn.close()
+        self._requeue(w)
+        w.process.close()
         self._workers[self._workers.index(w)] = self._spawn(w.index, w.group)
 
     def _give_up(self, w: _Worker, error: ErrorInfo) -> None:
@@ -296,5 +327,6 @@ class ProcessesScheduler(Scheduler):
             if other.task is not None:
                 self._fail_locked(other.task, error)
                 other.task = None
+            self._requeue(other)
         while self._pending:
             self._fail_locked(self._pending.popleft(), error)

@@ -1,7 +1,7 @@
 """The loop a worker process runs: receive a task, run ``fn(item)``, send back its outcome.
 
-Runs in a child started with the spawn method, after the parent set ``CUDA_VISIBLE_DEVICES`` to
-the worker's device group, so that whatever ``fn`` imports (JAX) sees only those devices.
+Runs in a fresh interpreter (`schedulers._child`) whose ``CUDA_VISIBLE_DEVICES`` the driver set
+to the worker's device group, so that whatever ``fn`` imports (JAX) sees only those devices.
 """
 
 from __future__ import annotations
@@ -10,21 +10,34 @@ import os
 import pickle
 import signal
 import time
+from multiprocessing.connection import Connection
 from typing import Any
 
 from ._events import ErrorInfo
 
-# Messages from a worker: ("ready", pid) | ("fatal", ErrorInfo)
+# From the driver: the pickled fn (bytes, first), then ("task", task_id, attempt, item) | None.
+# From a worker: ("ready", pid) | ("fatal", ErrorInfo) | ("begin", task_id, attempt, time)
 #   | ("done", task_id, attempt, kind, value, started, ended) with kind "result" or "error".
+# The driver may send a task while the previous one runs; it waits in the socket until then.
 
 
-def worker_main(conn: Any, fn_bytes: bytes) -> None:
-    """Entry point of a worker process."""
+def serve(fd: int) -> None:
+    """Entry point of a worker process: ``fd`` is its end of the socket pair."""
+    conn = Connection(fd)
+    try:
+        worker_main(conn)
+    finally:
+        conn.close()
+
+
+def worker_main(conn: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides; Ctrl-C reaches it
     try:
         import cloudpickle
 
-        fn = cloudpickle.loads(fn_bytes)
+        fn = cloudpickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):  # the driver is gone
+        return
     except BaseException as exc:
         conn.send(("fatal", ErrorInfo.from_exception(exc)))
         return
@@ -36,8 +49,9 @@ def worker_main(conn: Any, fn_bytes: bytes) -> None:
             return
         if message is None:
             return
-        task_id, attempt, item = message
+        _, task_id, attempt, item = message
         begun = time.time()
+        conn.send(("begin", task_id, attempt, begun))
         try:
             value = fn(item)
             pickle.dumps(value)  # fail here, as the task's error, rather than in send

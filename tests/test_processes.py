@@ -51,7 +51,7 @@ def sleep_and_note_pid(item):
 
 def test_a_worker_killed_mid_task_is_replaced_and_its_task_retried(ledger, tmp_path):
     items = [{"task_id": f"t{i}", "sleep": 1.0 if i == 0 else 0.15,
-              "pid_file": str(tmp_path / "pid")} for i in range(16)]
+              "pid_file": str(tmp_path / "pid")} for i in range(40)]
     killer = subprocess.Popen([PYTHON, "-c", textwrap.dedent(f"""
         import os, signal, time, pathlib
         p = pathlib.Path({str(tmp_path / 'pid.t0')!r})
