@@ -3,11 +3,14 @@ solvers and the implicit DAE stepper.
 
 ``import solvers as ds`` gives the names of the solver pages: ``ds.global_mesh``, ``ds.Layout``,
 ``ds.mesh_groups``, ``ds.lower``, ``ds.pdesolve``, ``ds.JIDA``, ``ds.SaveAt``, ``ds.DAEProblem``,
-``ds.inference.*``, ``ds.dae.*``, ``ds.linear.*`` and ``ds.distributed.*`` (several processes).
-Fits want float64: ``jax.config.update("jax_enable_x64", True)``. `campaign` and `schedulers` never import this.
+``ds.inference.*``, ``ds.dae.*``, ``ds.linear.*``, ``ds.distributed.*`` (several processes) and
+``ds.lsq.*`` (linear least squares over row blocks that no process holds whole).
+Fits want float64: ``jax.config.update("jax_enable_x64", True)``. `campaign` and `schedulers`
+never import this.
 """
 
 from . import dae as dae, distributed as distributed, inference as inference, linear as linear
+from . import lsq as lsq
 from ._mesh import Layout as Layout, global_mesh as global_mesh, mesh_groups as mesh_groups
 from .inference import lower as lower
 from .dae import (

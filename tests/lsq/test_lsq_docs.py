@@ -1,0 +1,77 @@
+"""examples/lsq_fit.py runs and resumes; every code block of docs/lsq.md matches the code."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import subprocess
+import tomllib
+
+from campaign._cli import cli
+from campaign._cli._spec import SPEC_KEYS
+from campaign._cli._submit import ARRAY_KEYS
+from schedulers import SCHEDULERS
+from solvers.lsq import solve
+from testkit import PYTHON, ROOT, child_env
+
+DOC = (ROOT / "docs" / "lsq.md").read_text()
+EXAMPLE = ROOT / "examples" / "lsq_fit.py"
+BLOCKS = re.findall(r"^```(\w+)\n(.*?)^```", DOC, flags=re.MULTILINE | re.DOTALL)
+
+
+def test_example_fits_and_a_second_run_computes_nothing(tmp_path):
+    ledger = tmp_path / "fit.json"
+    stamps = []
+    for _ in range(2):
+        proc = subprocess.run([PYTHON, str(EXAMPLE), str(ledger)], env=child_env(),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        lines = [x for x in proc.stdout.splitlines() if "max |x - truth|" in x]
+        assert [x.split(":")[0].strip() for x in lines] == ["qr", "normal", "lsqr"]
+        for line in lines:
+            assert float(re.search(r"truth\| = (\S+),", line).group(1)) < 1e-2
+            assert float(re.search(r"held-out RMSE energy (\S+) ", line).group(1)) < 1e-3
+        stamps.append({p.name: p.stat().st_mtime_ns
+                       for p in (tmp_path / "fit.json.blocks").iterdir()})
+    assert stamps[0] == stamps[1], "the second run wrote blocks again"
+    assert len(stamps[0]) == 60 and all(name.endswith(".npy") for name in stamps[0])
+
+
+def calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and getattr(n.func, "id", getattr(n.func, "attr", None)) == name]
+
+
+def test_python_blocks_are_excerpts_of_the_example_or_use_real_options():
+    example = EXAMPLE.read_text()
+    python = [body for lang, body in BLOCKS if lang == "python"]
+    assert len(python) >= 8
+    for body in python:
+        if body.startswith((" ", "def ")):  # an excerpt of examples/lsq_fit.py, verbatim
+            assert body in example, body
+            continue
+        tree = ast.parse(body)
+        for call in calls(tree, "checkpointed_map"):
+            kw = {k.arg: k.value for k in call.keywords}
+            execution = ast.literal_eval(kw.pop("execution"))
+            options = set(inspect.signature(SCHEDULERS[execution]).parameters)
+            assert set(kw) - {"ledger_path"} <= options, (execution, set(kw) - options)
+        for call in calls(tree, "solve"):
+            known = set(inspect.signature(solve).parameters)
+            assert {k.arg for k in call.keywords} <= known
+
+
+def test_toml_and_shell_blocks_use_real_keys_and_flags():
+    tomls = [tomllib.loads(body) for lang, body in BLOCKS if lang == "toml"]
+    assert tomls
+    for spec in tomls:
+        assert set(spec) <= set(SPEC_KEYS)
+        assert set(spec.get("array", {})) <= set(ARRAY_KEYS)
+    shells = [body for lang, body in BLOCKS if lang == "sh"]
+    assert shells
+    for line in "\n".join(shells).splitlines():
+        words = line.split("#")[0].split()
+        assert words[0] == "campaign" and words[1] in cli.commands, line
+        flags = {f for p in cli.commands[words[1]].params for f in p.opts}
+        assert {w for w in words if w.startswith("--")} <= flags, line
