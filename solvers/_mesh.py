@@ -11,7 +11,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-__all__ = ["Layout", "global_mesh", "mesh_groups"]
+__all__ = ["Layout", "check_model_groups", "global_mesh", "mesh_groups"]
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +124,36 @@ def mesh_groups(mesh: Mesh, group_shape: Sequence[int]) -> list[tuple[int, ...]]
     return groups
 
 
+def check_model_groups(devices: np.ndarray, axis_names: Sequence[str]) -> None:
+    """Refuse a grid of devices whose ``model`` groups mix one-process and several-process groups.
+
+    A model group (the devices along the ``model`` axis at one index of the other axes) factors
+    one matrix: within one process by cuDSS's multi-GPU mode, across processes by its multi-node
+    mode. One program runs one of the two, so the groups must agree. Only each device's
+    ``process_index`` is read (any objects with that attribute will do).
+
+    Raises:
+        ValueError: naming a one-process and a several-process group, and the fix.
+    """
+    axis_names = tuple(axis_names)
+    if "model" not in axis_names:
+        return
+    grid = np.moveaxis(np.asarray(devices, dtype=object), axis_names.index("model"), -1)
+    groups = grid.reshape(-1, grid.shape[-1])
+    spans = [sorted({int(d.process_index) for d in group}) for group in groups]
+    single = [i for i, s in enumerate(spans) if len(s) == 1]
+    several = [i for i, s in enumerate(spans) if len(s) > 1]
+    if single and several:
+        i, j = single[0], several[0]
+        raise ValueError(
+            f"the mesh's 'model' groups mix one-process and several-process devices: group {i} "
+            f"lies in process {spans[i][0]}, group {j} spans processes {spans[j]}; a program "
+            "factors either within a process (multi-GPU) or across processes (multi-node, "
+            "DIFFSOUP_MGMN=1), not both. Give the 'model' axis a size that divides the devices "
+            "per process, or one that is a multiple of it, e.g. global_mesh(('data', 'model'), "
+            "shape=(-1, jax.local_device_count()))")
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where a problem runs: a device mesh, and whether to balance experiments between devices.
@@ -134,6 +164,10 @@ class Layout:
         balance_steps: ``None`` (default) reassigns experiments between devices by their step
             counts whenever a device holds more than one; ``True`` the same; ``False`` keeps the
             initial assignment (experiments in order, in equal contiguous blocks).
+
+    Raises:
+        ValueError: when the mesh's ``model`` groups mix one-process and several-process devices
+            (`check_model_groups`).
     """
 
     mesh: Mesh | None = None
@@ -146,3 +180,5 @@ class Layout:
         if self.balance_steps not in (None, True, False):
             raise TypeError(f"Layout(balance_steps=...) is None, True or False, got "
                             f"{self.balance_steps!r}")
+        if self.mesh is not None:
+            check_model_groups(self.mesh.devices, self.mesh.axis_names)

@@ -83,6 +83,8 @@ def context(problem: DAEProblem, solver: JIDA) -> Context:
         raise ValueError(f"{problem!r} was built on a layout with a 'model' axis of "
                          f"{mesh.shape['model']} devices, which factors one matrix across them: "
                          f"that needs JIDA(linear='cudss'), got linear={solver.linear!r}")
+    if mesh is not None and backend.name == "cudss" and isinstance(solver.linear, str):
+        backend = type(backend).on_mesh(mesh)  # factors across the mesh's 'model' axis
     symbolic = backend.analyse(problem.pattern)
     n_colors, color = problem.pattern.coloring()
     ctx = Context(problem, solver, backend, symbolic, n_colors, color,

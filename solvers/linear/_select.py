@@ -22,7 +22,7 @@ BACKENDS: dict[str, type[LinearSolver]] = {"dense": Dense, "klu": KLU, "cudss": 
 def linear_solver(linear: str | LinearSolver = "auto") -> LinearSolver:
     """The backend for ``linear``.
 
-    ``"auto"`` asks what is available: cuDSS on a GPU once it is built; KLU on a CPU when the
+    ``"auto"`` asks what is available: cuDSS on a GPU (`cudss_available`); KLU on a CPU when the
     ``klujax`` wheel is installed and float64 is enabled; otherwise dense LU (logged).
 
     Raises:

@@ -15,7 +15,6 @@ from solvers.linear import (
     KEEP,
     KLU,
     REFACTOR,
-    CuDSS,
     Dense,
     LinearSolver,
     Pattern,
@@ -155,5 +154,5 @@ def test_backend_names_and_errors():
     assert isinstance(linear_solver("dense"), Dense)
     with pytest.raises(ValueError, match="unknown linear solver 'superlu'.*'klu'"):
         linear_solver("superlu")
-    with pytest.raises(RuntimeError, match="needs the GPU build of the cuDSS backend.*'klu'"):
-        CuDSS().analyse(Pattern.from_coo([0], [0], 1))
+    # linear="cudss" without its extension or library: tests/cudss/test_loading.py (a process
+    # here may have loaded the stand-in library of tests/cudss, which works on the CPU).
