@@ -49,7 +49,7 @@ class DaskScheduler(Scheduler):
 
     def __init__(self, device_groups: Any = None, *, client: Any = None,
                  scheduler_address: str | None = None, workers: int | None = None,
-                 batch_seconds: float = 0.1, max_batch: int = 1000):
+                 batch_seconds: float = 0.3, max_batch: int = 1000):
         if client is not None and scheduler_address is not None:
             raise ValueError("give client= or scheduler_address=, not both")
         if workers is not None and (client is not None or scheduler_address is not None):
@@ -130,6 +130,8 @@ class DaskScheduler(Scheduler):
             fut.cancel()
         if hasattr(self, "_monitor"):
             self._monitor.join(timeout=10)
+        if hasattr(self, "_fn"):  # the scattered fn: released before its workers go away
+            self._fn.release()
         for thing in self._owned:
             try:
                 thing.close()

@@ -93,7 +93,7 @@ class SlurmScheduler(DaskScheduler):
                  scheduler_options: dict[str, Any] | None = None,
                  worker_extra_args: Sequence[str] = (), death_timeout: float = 60,
                  local_directory: str | None = None, python: str | None = None,
-                 batch_seconds: float = 0.1, max_batch: int = 1000):
+                 batch_seconds: float = 0.3, max_batch: int = 1000):
         super().__init__(batch_seconds=batch_seconds, max_batch=max_batch)
         if queue is not None and partition is not None and queue != partition:
             raise ValueError(f"queue={queue!r} and partition={partition!r} name the same "
