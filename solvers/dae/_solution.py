@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 import numpy as np
+
+from .._status import CodedStatus
 
 __all__ = ["STAT_NAMES", "SaveAt", "Solution", "Status"]
 
@@ -24,7 +25,7 @@ class SaveAt:
     ts: Any = None
 
 
-class Status(enum.Enum):
+class Status(CodedStatus):
     """How a solve ended; ``success`` for the first only."""
 
     SUCCESS = (0, "reached t1")
@@ -38,16 +39,6 @@ class Status(enum.Enum):
     INITIALIZATION = (5, "the consistent initialization did not converge: the algebraic equations "
                          "have no solution near y0, or the pattern misses entries")
     NONFINITE = (6, "the residual is not finite at the initial state")
-
-    def __init__(self, code: int, message: str):
-        self.code, self.message = code, message
-
-    @classmethod
-    def of(cls, code: int) -> Status:
-        for s in cls:
-            if s.code == code:
-                return s
-        raise ValueError(f"unknown status code {code!r}")
 
 
 #: The statistics every solve reports, in this order.

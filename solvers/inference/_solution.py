@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -10,12 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from .._status import CodedStatus
 from ._problem import Parameter
 
 __all__ = ["OptResult", "Status"]
 
 
-class Status(enum.Enum):
+class Status(CodedStatus):
     """Why a fit stopped. ``converged`` is true for the first three only."""
 
     RUNNING = (0, "running")
@@ -32,19 +32,10 @@ class Status(enum.Enum):
                     "(a plateau; a log parameter running towards 0); bound the parameters, "
                     "start closer or remove the undetermined ones")
 
-    def __init__(self, code: int, message: str):
-        self.code, self.message = code, message
-
     @property
     def converged(self) -> bool:
         return self.code > 0
 
-    @classmethod
-    def of(cls, code: int) -> Status:
-        for s in cls:
-            if s.code == code:
-                return s
-        raise ValueError(f"unknown status code {code!r}")
 
 
 Key = Parameter | str | tuple[Any, str]
