@@ -130,8 +130,9 @@ class DaskScheduler(Scheduler):
             fut.cancel()
         if hasattr(self, "_monitor"):
             self._monitor.join(timeout=10)
-        if hasattr(self, "_fn"):  # the scattered fn: released before its workers go away
-            self._fn.release()
+        release = getattr(getattr(self, "_fn", None), "release", None)
+        if release is not None:  # a scattered fn: released before its workers go away
+            release()
         for thing in self._owned:
             try:
                 thing.close()
