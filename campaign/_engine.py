@@ -56,7 +56,10 @@ def checkpointed_map(
             ``"processes"`` (one worker process per device group), or a `schedulers.Scheduler`.
         device_groups: for ``"processes"``: a list of tuples of device ids, one worker each
             (``solvers.mesh_groups(mesh, (1,) * n)`` for one GPU per task). Default: one group
-            per visible GPU, else one CPU worker per core.
+            per visible GPU, else one CPU worker per core. A group given as one tuple per
+            process, ``[((0,), (1,)), ((2,), (3,))]`` (``solvers.mesh_groups(mesh, (2,),
+            per_process=1)``), runs each task on all its processes at once; ``fn`` calls
+            ``solvers.distributed.initialize()`` and the result is process 0's.
         retries: how many more times a task that raised is run again within this run.
         max_interruptions: how many times a task whose worker was lost is run again before it
             is recorded failed.

@@ -1,7 +1,9 @@
 """The loop a worker process runs: receive a task, run ``fn(item)``, send back its outcome.
 
 Runs in a fresh interpreter (`schedulers._child`) whose ``CUDA_VISIBLE_DEVICES`` the driver set
-to the worker's device group, so that whatever ``fn`` imports (JAX) sees only those devices.
+to the worker's device group, so that whatever ``fn`` imports (JAX) sees only those devices. In
+a group of several processes (`schedulers._group`) each runs this same loop on its own devices
+and receives every task of the group.
 """
 
 from __future__ import annotations

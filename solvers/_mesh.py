@@ -87,7 +87,8 @@ def global_mesh(axes: str | Sequence[str], shape: Sequence[int] | None = None) -
     return mesh
 
 
-def mesh_groups(mesh: Mesh, group_shape: Sequence[int]) -> list[tuple[int, ...]]:
+def mesh_groups(mesh: Mesh, group_shape: Sequence[int], *, per_process: int | None = None
+                ) -> list[tuple[int, ...]] | list[tuple[tuple[int, ...], ...]]:
     """Split a mesh into blocks of ``group_shape`` devices and return each block's device ids.
 
     ``mesh_groups(global_mesh(("data",)), (1,))`` is ``[(0,), (1,), ...]``: one device per
@@ -97,10 +98,14 @@ def mesh_groups(mesh: Mesh, group_shape: Sequence[int]) -> list[tuple[int, ...]]
     Arguments:
         mesh: a `jax.sharding.Mesh`, e.g. from `global_mesh`.
         group_shape: the block size along each mesh axis; each must divide that axis.
+        per_process: devices per process inside a group, for groups whose tasks run on several
+            processes at once (one process per GPU): ``mesh_groups(mesh, (2,), per_process=1)``
+            is ``[((0,), (1,)), ((2,), (3,)), ...]``. ``None`` (default): one process per group.
 
     Returns:
         A list of tuples of ``Device.id`` integers, blocks in row-major order over the mesh and
-        devices in row-major order inside a block.
+        devices in row-major order inside a block; with ``per_process``, each block split into
+        consecutive tuples of ``per_process`` ids, one per process.
     """
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh_groups needs a jax.sharding.Mesh, got {type(mesh).__name__}; "
@@ -121,7 +126,14 @@ def mesh_groups(mesh: Mesh, group_shape: Sequence[int]) -> list[tuple[int, ...]]
     for index in np.ndindex(*counts):
         block = grid[tuple(slice(i * b, (i + 1) * b) for i, b in zip(index, group_shape))]
         groups.append(tuple(int(d.id) for d in block.reshape(-1)))
-    return groups
+    if per_process is None:
+        return groups
+    size = len(groups[0])
+    if not isinstance(per_process, (int, np.integer)) or per_process < 1 or size % per_process:
+        raise ValueError(f"per_process={per_process!r} must be a positive divisor of the "
+                         f"{size} devices of a group of shape {group_shape!r} ({_divisors(size)}),"
+                         f" e.g. mesh_groups(mesh, {group_shape!r}, per_process=1)")
+    return [tuple(g[i:i + per_process] for i in range(0, size, per_process)) for g in groups]
 
 
 def check_model_groups(devices: np.ndarray, axis_names: Sequence[str]) -> None:

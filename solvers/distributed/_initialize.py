@@ -87,6 +87,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     ids); an MPI launch (``mpirun``; process 0's ``host:port`` comes from
     ``DIFFSOUP_COORDINATOR``). Without any of these it does nothing, so one script runs alone
     and under a launcher. Afterwards `jax.devices()` and `global_mesh` span every process.
+    Calling it again with the same settings returns the same `Launch` and changes nothing, so a
+    function run many times in one long-lived worker process may call it every time.
 
     Arguments:
         coordinator_address: process 0's ``"host:port"`` (it listens there).
@@ -109,10 +111,14 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     global _state
     launch = _arguments(coordinator_address, num_processes, process_id) or detect(os.environ)
     if _state is not None:
-        if (_state.coordinator, _state.num_processes, _state.process_id) != (
-                launch.coordinator, launch.num_processes, launch.process_id):
-            raise RuntimeError(f"initialize() was already called ({_state}); it cannot be "
-                               f"called again with other settings ({launch})")
+        same = (not launch.multi if not _state.initialized else  # one process: any no-op
+                (_state.coordinator, _state.num_processes, _state.process_id)
+                == (launch.coordinator, launch.num_processes, launch.process_id))
+        if not same:
+            raise RuntimeError(
+                f"initialize() was already called in this process ({_state}); it cannot join "
+                f"another job ({launch}). A process belongs to one job: call initialize() with "
+                "the same settings every time, or start a new process for the other job")
         return _state
     if launch.source == "none" or not launch.multi:
         if cpu_devices is not None:

@@ -68,3 +68,29 @@ def test_detection_of_each_launcher_from_its_variables():
     with pytest.raises(ValueError, match="must be 'host:port'"):
         detect({"DIFFSOUP_COORDINATOR": "nohost", "DIFFSOUP_NUM_PROCESSES": "2",
                 "DIFFSOUP_PROCESS_ID": "0"})
+
+
+def test_a_second_call_with_the_same_settings_returns_the_same_launch(clean):
+    first = initialize()
+    assert initialize() is first and initialize("127.0.0.1:1234", 1, 0) is first
+    address = free_coordinator()  # nothing listens there: joining again would time out
+    joined = Launch("arguments", address, 2, 1, initialized=True)
+    clean.setattr(_initialize, "_state", joined)
+    assert initialize(address, 2, 1, timeout=1) is joined
+    clean.setenv("DIFFSOUP_COORDINATOR", address)  # the same job, seen through our launcher
+    clean.setenv("DIFFSOUP_NUM_PROCESSES", "2")
+    clean.setenv("DIFFSOUP_PROCESS_ID", "1")
+    assert initialize(timeout=1) is joined
+
+
+@pytest.mark.parametrize("size, rank", [(2, 0), (3, 1)])
+def test_a_second_call_for_another_job_is_a_clear_error(clean, size, rank):
+    address = free_coordinator()
+    clean.setattr(_initialize, "_state", Launch("arguments", address, 2, 1, initialized=True))
+    with pytest.raises(RuntimeError, match=r"already called in this process .* cannot join "
+                                           r"another job .* start a new process"):
+        initialize(address, size, rank, timeout=1)
+    clean.setattr(_initialize, "_state", None)
+    initialize()  # one process, then a job of two: refused as well
+    with pytest.raises(RuntimeError, match="already called in this process"):
+        initialize(address, 2, 1, timeout=1)

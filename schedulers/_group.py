@@ -1,0 +1,188 @@
+"""The worker processes that own one device group: one process, or K at once (MGMN style).
+
+A plain group, ``(0, 1)``, is one worker interpreter that sees those devices. A group given per
+process, ``((0,), (1,))``, is K interpreters started together: process i sees only its own
+devices (``CUDA_VISIBLE_DEVICES``), every process knows the whole group
+(``DIFFSOUP_DEVICE_GROUP``) and carries the variables `solvers.distributed.initialize` reads
+for a launch of K processes, with a coordinator port of the group's own. Each task is sent to
+all K; its outcome is process 0's result once all K finished, or the error of a process that
+raised (named in the message).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+from ._child import ChildProcess
+from ._devices import Group, group_devices, group_processes
+from ._events import ErrorInfo, Outcome, OutcomeKind, Placement, Task
+
+# The variables of a launch of K processes, as `solvers.distributed` reads them.
+COORDINATOR = "DIFFSOUP_COORDINATOR"
+NUM_PROCESSES = "DIFFSOUP_NUM_PROCESSES"
+PROCESS_ID = "DIFFSOUP_PROCESS_ID"
+
+
+def coordinator_port(avoid: Iterable[int] = ()) -> int:
+    """A loopback port ``p`` with ``p`` and ``p + 1`` free (the coordinator, and ``run``'s)."""
+    taken = set(avoid)
+    for _ in range(100):
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            if port >= 65534 or {port, port + 1, port - 1} & taken:
+                continue
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise OSError("found no two consecutive free loopback ports for a group's coordinator")
+
+
+def _environments(group: Group | None, port: int | None) -> list[dict[str, str]]:
+    if group is None:
+        return [{}]
+    every = ",".join(map(str, group_devices(group)))
+    processes = group_processes(group)
+    envs = []
+    for i, devices in enumerate(processes):
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices)),
+               "DIFFSOUP_DEVICE_GROUP": every}
+        if len(processes) > 1:
+            env.update({COORDINATOR: f"127.0.0.1:{port}", NUM_PROCESSES: str(len(processes)),
+                        PROCESS_ID: str(i)})
+        envs.append(env)
+    return envs
+
+
+@dataclass(eq=False)
+class WorkerGroup:
+    """The processes of one device group, and the task they run or hold."""
+
+    index: int
+    group: Group | None
+    members: list[ChildProcess]
+    port: int | None = None
+    start_failures: int = 0
+    pids: dict[int, int] = field(default_factory=dict)  # member -> pid, once it is ready
+    task: Task | None = None  # running (a "begin" arrived)
+    held: deque[Task] = field(default_factory=deque)  # sent, not begun yet
+    begun: float = 0.0
+    deadline: float = float("inf")
+    done: dict[int, tuple[str, Any, float, float]] = field(default_factory=dict)
+
+    @classmethod
+    def spawn(cls, index: int, group: Group | None, fn_bytes: bytes, failures: int = 0,
+              ports_in_use: Iterable[int] = ()) -> WorkerGroup:
+        """Start the group's processes and send each the pickled ``fn``."""
+        several = group is not None and len(group_processes(group)) > 1
+        port = coordinator_port(ports_in_use) if several else None
+        members = []
+        for j, env in enumerate(_environments(group, port)):
+            name = f"campaign-worker-{index}" + (f".{j}" if several else "")
+            members.append(ChildProcess(name, env))
+            try:
+                members[-1].conn.send_bytes(fn_bytes)
+            except OSError:  # it died at once; the monitor sees its sentinel and replaces it
+                pass
+        return cls(index, group, members, port, failures)
+
+    @property
+    def several(self) -> bool:
+        return len(self.members) > 1
+
+    @property
+    def name(self) -> str:
+        return f"group-{self.index}" if self.several else f"proc-{self.index}"
+
+    @property
+    def devices(self) -> tuple[int, ...] | None:
+        return None if self.group is None else group_devices(self.group)
+
+    @property
+    def pid(self) -> int:
+        """Process 0's pid (0 until it is ready)."""
+        return self.pids.get(0, 0)
+
+    @property
+    def ready(self) -> bool:
+        return len(self.pids) == len(self.members)
+
+    @property
+    def idle(self) -> bool:
+        return self.ready and self.task is None and not self.held
+
+    def placement(self, host: str) -> Placement:
+        return Placement(host, self.pid, self.name, self.devices)
+
+    def describe(self, member: int) -> str:
+        """Who a member is, for messages: the worker, or one process of a group."""
+        pid = self.pids.get(member) or self.members[member].pid
+        if not self.several:
+            return f"worker {self.name} (pid {pid}, device group {self.group})"
+        devices = group_processes(self.group)[member]  # type: ignore[arg-type]
+        return (f"process {member} of {len(self.members)} (pid {pid}, devices {devices}) of "
+                f"worker {self.name} (device group {self.group})")
+
+    def send(self, task: Task) -> None:
+        """Send ``task`` to every process; raises if it cannot be pickled."""
+        payload = ForkingPickler.dumps(("task", task.task_id, task.attempt, task.item))
+        self.held.append(task)
+        for member in self.members:
+            try:
+                member.conn.send_bytes(payload)
+            except OSError:  # that process is gone; the monitor replaces the group
+                pass
+
+    def begin(self, task_id: str, begun: float, timeout: float | None) -> Task | None:
+        """A process began ``task_id``: the task, if this starts it (the first process to)."""
+        if self.task is None and self.held and self.held[0].task_id == task_id:
+            self.task, self.begun, self.done = self.held.popleft(), begun, {}
+            self.deadline = time.monotonic() + timeout if timeout else float("inf")
+            return self.task
+        return None
+
+    def errors(self) -> list[int]:
+        return [j for j, (how, *_) in sorted(self.done.items()) if how == "error"]
+
+    def outcome(self, host: str, note: str = "") -> Outcome:
+        """The running task's outcome from what its processes sent; clears the task.
+
+        Process 0's result when all finished without error; otherwise the error of the first
+        process (by rank) that raised, naming it, the others that raised, and ``note``.
+        """
+        task = self.task
+        assert task is not None
+        self.task, self.deadline = None, float("inf")
+        where = self.placement(host)
+        begun = min([self.begun] + [b for _, _, b, _ in self.done.values()])
+        finished = len(self.done) == len(self.members)
+        ended = max(e for *_, e in self.done.values()) if finished else time.time()
+        errors = self.errors()
+        if not errors:
+            return Outcome(task.task_id, task.attempt, OutcomeKind.RESULT, where, begun, ended,
+                           result=self.done[0][1])
+        first: ErrorInfo = self.done[errors[0]][1]
+        if self.several:
+            others = errors[1:]
+            also = (f"; process {others[0]} raised too" if len(others) == 1 else
+                    f"; processes {others} raised too" if others else "")
+            first = ErrorInfo(first.type, f"{self.describe(errors[0])} raised: {first.message}"
+                              f"{also}{note}", first.traceback)
+        return Outcome(task.task_id, task.attempt, OutcomeKind.ERROR, where, begun, ended,
+                       error=first)
+
+    def kill(self) -> None:
+        """End every process of the group and release them."""
+        for member in self.members:
+            member.kill()
+        for member in self.members:
+            member.join()
+            member.close()
