@@ -39,7 +39,7 @@ def checkpointed_map(
     max_interruptions: int = 3,
     timeout: float | None = None,
     progress: Callable[[Progress], None] | None = None,
-    commit_interval: float = 0.05,
+    commit_interval: float = 0.1,
     **scheduler_options: Any,
 ) -> Campaign:
     """Run ``fn(item)`` for every item, recording each task in the ledger as it finishes.

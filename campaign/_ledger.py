@@ -41,8 +41,8 @@ class Ledger:
             without one.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, min_interval: float = 0.05,
-                 write_share: float = 0.25):
+    def __init__(self, path: str | os.PathLike[str], *, min_interval: float = 0.1,
+                 write_share: float = 0.1):
         self.path = Path(path)
         self.min_interval = min_interval
         self.write_share = write_share

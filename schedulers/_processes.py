@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import logging
 import os
+import selectors
 import signal
 import threading
 import time
 from collections import deque
 from multiprocessing import Pipe
-from multiprocessing.connection import wait
 from typing import Any, Callable
 
 from ._base import Scheduler
@@ -81,15 +81,15 @@ class ProcessesScheduler(Scheduler):
         self._workers: list[WorkerGroup] = []
         self._stopping = False
         self._fatal: ErrorInfo | None = None
-
         self._mean = 0.0  # mean task duration (seconds), once one finished
         self._seen = 0
+        # a one-process worker runs one task and holds the next; a group of several runs one
+        self._slots = sum(1 if g is not None and len(group_processes(g)) > 1 else 2
+                          for g in groups)
 
     @property
     def slots(self) -> int:
-        # a one-process worker runs one task and holds the next; a group of several runs one
-        return sum(1 if g is not None and len(group_processes(g)) > 1 else 2
-                   for g in self.groups)
+        return self._slots
 
     # ------------------------------------------------------------------ life cycle
     def start(self, fn: Callable[[Any], Any], report: Report) -> None:
@@ -145,8 +145,7 @@ class ProcessesScheduler(Scheduler):
                 self._fail_locked(task, self._fatal)
                 return
             self._pending.append(task)
-            self._assign_locked()
-        self._wake()
+            self._assign_locked()  # sent from here: the monitor needs no wake-up for it
 
     def _wake(self) -> None:
         try:
@@ -183,49 +182,69 @@ class ProcessesScheduler(Scheduler):
 
     # ------------------------------------------------------------------ monitoring
     def _watch(self) -> None:
-        while True:
-            with self._lock:
-                if self._stopping:
-                    return
-                by_conn = {m.conn: (w, j) for w in self._workers
-                           for j, m in enumerate(w.members)}
-                by_sentinel = {m.sentinel: (w, j) for w in self._workers
-                               for j, m in enumerate(w.members) if m.sentinel is not None}
-                nearest = min((w.deadline for w in self._workers), default=float("inf"))
-            timeout = None if nearest == float("inf") else max(0.0, nearest - time.monotonic())
-            ready = wait([self._wake_r, *by_conn, *by_sentinel], timeout)
-            with self._lock:
-                if self._stopping:
-                    return
-                if self._wake_r in ready:
-                    while self._wake_r.poll():
-                        self._wake_r.recv_bytes()
-                dead: dict[WorkerGroup, int] = {}  # a worker group -> its first dead process
-                for s in (s for s in ready if s in by_sentinel):
-                    dead.setdefault(*by_sentinel[s])
-                for conn in (c for c in ready if c in by_conn):
-                    w, j = by_conn[conn]
-                    if not self._receive(w, j):  # its socket closed
-                        dead.setdefault(w, j)
-                for w, j in dead.items():
-                    if w not in self._workers:  # already replaced (its fn could not load)
-                        continue
-                    for k, member in enumerate(w.members):
-                        while member.conn.poll():  # what they sent before it died comes first
-                            if not self._receive(w, k):
-                                break
-                    self._replace(w, self._death_cause(w, j))
-                now = time.monotonic()
-                for w in list(self._workers):
-                    if w.task is not None and w.deadline <= now:
-                        self._expire(w)
-                self._assign_locked()
+        with selectors.DefaultSelector() as selector:
+            watched: dict[Any, int] = {}  # what the selector watches -> its fd
+            while True:
+                with self._lock:
+                    if self._stopping:
+                        return
+                    by_conn = {m.conn: (w, j) for w in self._workers
+                               for j, m in enumerate(w.members)}
+                    by_sentinel = {m.sentinel: (w, j) for w in self._workers
+                                   for j, m in enumerate(w.members) if m.sentinel is not None}
+                    nearest = min((w.deadline for w in self._workers), default=float("inf"))
+                # One selector for the whole run, changed only when workers are replaced (a new
+                # poll set per wake-up cost more than the tasks' own messages).
+                wanted = {self._wake_r, *by_conn, *by_sentinel}
+                for gone in set(watched) - wanted:  # by the fd it had: it may be closed now
+                    selector.unregister(watched.pop(gone))
+                for new in wanted - set(watched):
+                    watched[new] = _fd(new)
+                    selector.register(watched[new], selectors.EVENT_READ, new)
+                timeout = (None if nearest == float("inf")
+                           else max(0.0, nearest - time.monotonic()))
+                ready = [key.data for key, _ in selector.select(timeout)]
+                self._handle_ready(ready, by_conn, by_sentinel)
+
+    def _handle_ready(self, ready: list[Any], by_conn: dict[Any, tuple[WorkerGroup, int]],
+                      by_sentinel: dict[Any, tuple[WorkerGroup, int]]) -> None:
+        with self._lock:
+            if self._stopping:
+                return
+            if self._wake_r in ready:
+                while self._wake_r.poll():
+                    self._wake_r.recv_bytes()
+            dead: dict[WorkerGroup, int] = {}  # a worker group -> its first dead process
+            for s in (s for s in ready if s in by_sentinel):
+                dead.setdefault(*by_sentinel[s])
+            for conn in (c for c in ready if c in by_conn):
+                w, j = by_conn[conn]
+                if not self._receive(w, j):  # its socket closed
+                    dead.setdefault(w, j)
+            for w, j in dead.items():
+                if w not in self._workers:  # already replaced (its fn could not load)
+                    continue
+                for k, member in enumerate(w.members):
+                    while member.conn.poll():  # what they sent before it died comes first
+                        if not self._receive(w, k):
+                            break
+                self._replace(w, self._death_cause(w, j))
+            now = time.monotonic()
+            for w in list(self._workers):
+                if w.task is not None and w.deadline <= now:
+                    self._expire(w)
+            self._assign_locked()
 
     def _receive(self, w: WorkerGroup, j: int) -> bool:
         try:
             message = w.members[j].conn.recv()
         except (EOFError, OSError):
             return False
+        for one in message if isinstance(message, list) else (message,):
+            self._handle(w, j, one)
+        return True
+
+    def _handle(self, w: WorkerGroup, j: int, message: tuple) -> None:
         kind = message[0]
         if kind == "ready":
             w.pids[j] = message[1]
@@ -240,7 +259,7 @@ class ProcessesScheduler(Scheduler):
         elif kind == "done":
             _, task_id, attempt, how, value, begun, ended = message
             if w.task is None or w.task.task_id != task_id:
-                return True
+                return
             w.done[j] = (how, value, begun, ended)
             if len(w.done) == len(w.members):
                 self._seen += 1
@@ -248,7 +267,6 @@ class ProcessesScheduler(Scheduler):
                 self.report(w.outcome(HOST))
             elif how == "error":  # the others may wait for it in a collective: not for ever
                 w.deadline = min(w.deadline, time.monotonic() + ERROR_GRACE)
-        return True
 
     def _death_cause(self, w: WorkerGroup, j: int) -> str:
         where = w.describe(j)
@@ -339,3 +357,7 @@ class ProcessesScheduler(Scheduler):
             self._requeue(other)
         while self._pending:
             self._fail_locked(self._pending.popleft(), error)
+
+
+def _fd(thing: Any) -> int:
+    return thing if isinstance(thing, int) else thing.fileno()

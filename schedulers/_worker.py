@@ -19,7 +19,9 @@ from ._events import ErrorInfo
 
 # From the driver: the pickled fn (bytes, first), then ("task", task_id, attempt, item) | None.
 # From a worker: ("ready", pid) | ("fatal", ErrorInfo) | ("begin", task_id, attempt, time)
-#   | ("done", task_id, attempt, kind, value, started, ended) with kind "result" or "error".
+#   | ("done", task_id, attempt, kind, value, started, ended) with kind "result" or "error",
+#   or a list of these: a "done" and the "begin" of the next task, already waiting, in one send
+#   (one wake-up of the driver instead of two).
 # The driver may send a task while the previous one runs; it waits in the socket until then.
 
 
@@ -44,22 +46,36 @@ def worker_main(conn: Any) -> None:
         conn.send(("fatal", ErrorInfo.from_exception(exc)))
         return
     conn.send(("ready", os.getpid()))
+    try:
+        message = conn.recv()
+        while message is not None:
+            _, task_id, attempt, item = message
+            begun = time.time()
+            conn.send(("begin", task_id, attempt, begun))
+            message = _run_tasks(conn, fn, task_id, attempt, item, begun)
+    except (EOFError, OSError):  # the driver is gone
+        return
+
+
+def _run_tasks(conn: Any, fn: Any, task_id: str, attempt: int, item: Any, begun: float) -> Any:
+    """Run tasks while the next one is already waiting; return the next message otherwise."""
     while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):  # the driver is gone
-            return
-        if message is None:
-            return
-        _, task_id, attempt, item = message
-        begun = time.time()
-        conn.send(("begin", task_id, attempt, begun))
         try:
             value = fn(item)
             pickle.dumps(value)  # fail here, as the task's error, rather than in send
         except Exception as exc:
             exc = exc.with_traceback(exc.__traceback__.tb_next if exc.__traceback__ else None)
-            conn.send(("done", task_id, attempt, "error", ErrorInfo.from_exception(exc), begun,
-                       time.time()))
+            done = ("done", task_id, attempt, "error", ErrorInfo.from_exception(exc), begun,
+                    time.time())
         else:
-            conn.send(("done", task_id, attempt, "result", value, begun, time.time()))
+            done = ("done", task_id, attempt, "result", value, begun, time.time())
+        if not conn.poll():
+            conn.send(done)
+            return conn.recv()
+        message = conn.recv()
+        if message is None:
+            conn.send(done)
+            return None
+        _, task_id, attempt, item = message
+        begun = time.time()
+        conn.send([done, ("begin", task_id, attempt, begun)])
