@@ -10,7 +10,7 @@ Prints ``name: value`` lines:
 - solve: each solver (normal, qr, lsqr; blocks streamed from disk through this process) on a
   ``--rows`` x ``--cols`` system against ``numpy.linalg.lstsq`` on the same matrix in memory.
 - memory: a ``--memory-gb`` GB matrix written as blocks by one process; then, for each solver,
-  a fresh driver process solves it and reports its peak RSS (ru_maxrss), absolute and above
+  a fresh driver process solves it and reports its peak RSS (VmHWM), absolute and above
   what it had before the solve (an upper bound), against the size of the matrix.
 """
 
@@ -23,7 +23,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import resource  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -155,8 +154,14 @@ def child_write(store: Path, rows: int, cols: int) -> None:
 
 
 def peak_rss() -> int:
-    """Peak resident memory of this process in bytes (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """Peak resident memory of this process in bytes: VmHWM, the high-water mark of this address
+    space. (ru_maxrss is not: Linux carries it across fork and exec, so a child started by a big
+    parent reports the parent's size.)"""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status (this measurement needs Linux)")
 
 
 def current_rss() -> int:
@@ -170,7 +175,7 @@ def child_solve(store: Path, method: str, iterations: int) -> None:
     before = current_rss()
     begun = time.perf_counter()
     solve(system, method, max_iterations=iterations, diagnostics=False)
-    # ru_maxrss cannot be reset: the increase is an upper bound (the peak may predate the solve).
+    # The high-water mark cannot be reset: the increase is an upper bound (it may predate the solve).
     print(json.dumps({"peak": peak_rss(), "peak_increase": peak_rss() - before,
                       "matrix": system.nbytes, "seconds": time.perf_counter() - begun}))
 
