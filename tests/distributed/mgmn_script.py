@@ -3,10 +3,9 @@
     python -m solvers.distributed.launch -n 2 mgmn_script.py OUT_DIR
 
 initialize(), a "model" mesh over the devices of both processes, arrays placed replicated on the
-layout's mesh, a collective across the processes, and pdesolve of the particle on those arrays.
-cuDSS (GPU only) is replaced by the dense CPU backend; a problem built on a "model" layout
-refuses any backend but cuDSS, so the problem is built without the layout here and its inputs
-live on the two-process mesh. Each process writes ``mgmn.<rank>.json``.
+layout's mesh, a collective across the processes, and pdesolve of the particle built on that
+layout. cuDSS (GPU only) is replaced by the dense CPU backend, which on CPUs factors the whole
+matrix in each process. Each process writes ``mgmn.<rank>.json``.
 """
 
 import json
@@ -29,7 +28,7 @@ jax.config.update("jax_enable_x64", True)
 mesh = ds.global_mesh(("model",))
 layout = ds.Layout(mesh=mesh)
 spec = ParticleSpec(cells=20)
-problem = spec.build()   # build(layout=layout) needs cuDSS: see above
+problem = spec.build(layout=layout)
 ts = np.linspace(0.1, 2.0, 5)
 y0 = jax.device_put(spec.initial_state(), NamedSharding(layout.mesh, P()))
 args = jax.device_put({"D": 0.5, "k": 0.2, "c_b": 1.0}, NamedSharding(layout.mesh, P()))
