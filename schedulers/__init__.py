@@ -5,10 +5,13 @@ Importing this package does not import JAX.
 
 from __future__ import annotations
 
+import importlib
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._base import Scheduler as Scheduler
+from ._devices import normalize_groups as normalize_groups
+from ._devices import visible_gpus as visible_gpus
 from ._events import ErrorInfo as ErrorInfo
 from ._events import Event as Event
 from ._events import Outcome as Outcome
@@ -17,29 +20,53 @@ from ._events import Placement as Placement
 from ._events import Report as Report
 from ._events import Started as Started
 from ._events import Task as Task
-from ._dask import DaskScheduler as DaskScheduler
-from ._devices import normalize_groups as normalize_groups
-from ._devices import visible_gpus as visible_gpus
-from ._processes import ProcessesScheduler as ProcessesScheduler
 from ._serial import SerialScheduler as SerialScheduler
-from .slurm import ACTIVE_STATES as ACTIVE_STATES
-from .slurm import ENDED_STATES as ENDED_STATES
-from .slurm import Backoff as Backoff
-from .slurm import JobWatcher as JobWatcher
-from .slurm import SlurmCommandError as SlurmCommandError
-from .slurm import SlurmScheduler as SlurmScheduler
-from .slurm import job_states as job_states
-from .slurm import poll_until as poll_until
-from .slurm import render_array_script as render_array_script
-from .slurm import sbatch as sbatch
-from .slurm import scancel as scancel
-from .slurm import slurm_available as slurm_available
 
-#: Execution names and the schedulers they select (each imports dask & co. only when started).
-SCHEDULERS: dict[str, type[Scheduler]] = {"serial": SerialScheduler,
-                                          "processes": ProcessesScheduler,
-                                          "dask": DaskScheduler,
-                                          "slurm": SlurmScheduler}
+# Imported on first use (PEP 562): a worker process imports this package for its loop alone, and
+# its start-up is on the critical path of every campaign on processes.
+_LAZY = {
+    "DaskScheduler": "._dask",
+    "ProcessesScheduler": "._processes",
+    **dict.fromkeys(["ACTIVE_STATES", "ENDED_STATES", "Backoff", "JobWatcher",
+                     "SlurmCommandError", "SlurmScheduler", "job_states", "poll_until",
+                     "render_array_script", "sbatch", "scancel", "slurm_available"], ".slurm"),
+}
+
+if TYPE_CHECKING:
+    from ._dask import DaskScheduler as DaskScheduler
+    from ._processes import ProcessesScheduler as ProcessesScheduler
+    from .slurm import ACTIVE_STATES as ACTIVE_STATES
+    from .slurm import ENDED_STATES as ENDED_STATES
+    from .slurm import Backoff as Backoff
+    from .slurm import JobWatcher as JobWatcher
+    from .slurm import SlurmCommandError as SlurmCommandError
+    from .slurm import SlurmScheduler as SlurmScheduler
+    from .slurm import job_states as job_states
+    from .slurm import poll_until as poll_until
+    from .slurm import render_array_script as render_array_script
+    from .slurm import sbatch as sbatch
+    from .slurm import scancel as scancel
+    from .slurm import slurm_available as slurm_available
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SCHEDULERS":
+        #: Execution names and the schedulers they select (each imports dask & co. only when
+        #: started).
+        value: Any = {"serial": SerialScheduler,
+                      "processes": __getattr__("ProcessesScheduler"),
+                      "dask": __getattr__("DaskScheduler"),
+                      "slurm": __getattr__("SlurmScheduler")}
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, "SCHEDULERS"})
 
 
 def make_scheduler(execution: str | Scheduler, **options: Any) -> Scheduler:
@@ -54,9 +81,10 @@ def make_scheduler(execution: str | Scheduler, **options: Any) -> Scheduler:
             raise ValueError(f"options {sorted(options)} are given to the scheduler's "
                              "constructor; pass them there when you pass a Scheduler")
         return execution
-    cls = SCHEDULERS.get(execution)
+    schedulers = globals().get("SCHEDULERS") or __getattr__("SCHEDULERS")
+    cls = schedulers.get(execution)
     if cls is None:
-        known = ", ".join(repr(n) for n in SCHEDULERS)
+        known = ", ".join(repr(n) for n in schedulers)
         raise ValueError(f"unknown execution {execution!r}; choose one of {known}")
     accepted = [name for name, p in inspect.signature(cls).parameters.items()
                 if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]

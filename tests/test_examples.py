@@ -30,14 +30,17 @@ def test_checkpointing_example_resumes_after_a_kill(tmp_path):
     env = dict(child_env(), PARTICLES_EXTRA_SECONDS="1.0")
     proc = subprocess.Popen([PYTHON, str(EXAMPLES / "checkpointing.py"), str(ledger)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while True:  # wait until the first particle is recorded, then kill the run
-        assert time.monotonic() < deadline
-        if ledger.exists() and read_ledger(ledger)["tasks"]["A"]["status"] == "accepted":
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # wait until the first particle is recorded, then kill the run
+            assert time.monotonic() < deadline
+            tasks = read_ledger(ledger)["tasks"] if ledger.exists() else {}
+            if tasks.get("A", {}).get("status") == "accepted":
+                break
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     before = read_ledger(ledger)["tasks"]
     assert before["C"]["status"] != "accepted"
 

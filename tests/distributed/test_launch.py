@@ -21,7 +21,10 @@ names = ("DIFFSOUP_COORDINATOR", "DIFFSOUP_NUM_PROCESSES", "DIFFSOUP_PROCESS_ID"
 (out / f"env.{rank}.json").write_text(json.dumps({n: os.environ[n] for n in names}))
 signal.signal(signal.SIGTERM, lambda *a: ((out / f"term.{rank}").touch(), sys.exit(7)))
 (out / f"pid.{rank}").write_text(str(os.getpid()))
-if sys.argv[2] == "fail" and rank == 1:
+if sys.argv[2] == "fail" and rank == 1:  # once every rank is set up (its handler installed)
+    n = int(os.environ["DIFFSOUP_NUM_PROCESSES"])
+    while not all((out / f"pid.{r}").exists() for r in range(n)):
+        time.sleep(0.01)
     sys.exit(3)
 time.sleep(60)
 """
