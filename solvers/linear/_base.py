@@ -13,13 +13,22 @@ from jax.custom_batching import custom_vmap, sequential_vmap
 
 from ._pattern import Pattern
 
-__all__ = ["KEEP", "FACTOR", "LinearSolver", "REFACTOR", "Symbolic"]
+__all__ = ["KEEP", "FACTOR", "LinearSolver", "REFACTOR", "Symbolic", "require_x64"]
 
 #: ``mode`` values of `LinearSolver.update`.
 KEEP, REFACTOR, FACTOR = 0, 1, 2
 
 Symbolic = Any
 Numeric = Any
+
+
+def require_x64(name: str) -> None:
+    """Refuse to run backend ``name`` (float64 values, uint64 handles) without JAX's x64."""
+    if not jax.config.jax_enable_x64:
+        raise RuntimeError(f"linear={name!r} factors in float64 and passes its handles as "
+                           "uint64, which JAX disables by default; call "
+                           "jax.config.update('jax_enable_x64', True) at start-up (or use "
+                           "linear='dense')")
 
 
 class LinearSolver(abc.ABC):

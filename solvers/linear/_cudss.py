@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import LinearSolver
+from ._base import LinearSolver, require_x64
 from ._cudss_library import PREFIX, comm_layer_path, extension
 from ._pattern import Pattern
 
@@ -64,14 +64,6 @@ def _csr(pattern: Pattern) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     counts = np.bincount(pattern.rows, minlength=pattern.n)
     rowptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     return order, rowptr, pattern.cols[order].astype(np.int32)
-
-
-def _check_x64() -> None:
-    if not jax.config.jax_enable_x64:
-        raise RuntimeError("linear='cudss' factors in float64 and passes handles as uint64, "
-                           "which JAX disables by default; call "
-                           "jax.config.update('jax_enable_x64', True) at start-up (or use "
-                           "linear='dense')")
 
 
 def _communicator() -> int:
@@ -118,7 +110,7 @@ class CuDSS(LinearSolver):
         return cls(devices=tuple(int(d.local_hardware_id) for d in local))
 
     def analyse(self, pattern: Pattern) -> _CuDSSSymbolic:
-        _check_x64()
+        require_x64("cudss")
         ext = extension()
         library = ext.load_library()
         mgmn = os.environ.get("DIFFSOUP_MGMN") == "1" and jax.process_count() > 1

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_batching import custom_vmap
 
-from ._base import LinearSolver
+from ._base import LinearSolver, require_x64
 from ._pattern import Pattern
 
 __all__ = ["KLU", "klu_available"]
@@ -61,14 +61,6 @@ def _register() -> None:
         _registered = True
 
 
-def _check_x64() -> None:
-    if not jax.config.jax_enable_x64:
-        raise RuntimeError("linear='klu' factors in float64 and passes KLU handles as uint64, "
-                           "which JAX disables by default; call "
-                           "jax.config.update('jax_enable_x64', True) at start-up (or use "
-                           "linear='dense')")
-
-
 @dataclass(frozen=True, eq=False)
 class _KLUSymbolic:
     """A KLU symbolic analysis: the pattern, and the handle (kept alive by ``owner``)."""
@@ -97,7 +89,7 @@ class KLU(LinearSolver):
     stateful: ClassVar[bool] = True
 
     def analyse(self, pattern: Pattern) -> _KLUSymbolic:
-        _check_x64()
+        require_x64("klu")
         if jax.default_backend() != "cpu":
             raise RuntimeError(f"linear='klu' runs on CPU arrays only, but JAX's default backend "
                                f"is {jax.default_backend()!r}; use linear='auto' or 'dense' here "
