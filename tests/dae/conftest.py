@@ -1,11 +1,11 @@
 """DAE and linear-solver tests: float64, set at import (before any JAX computation).
 
 Nothing here starts a JAX backend at import, so tests/solvers can still ask for its emulated
-devices when both folders run in one session; nothing here depends on the device count.
+devices when both folders run in one pytest run; nothing here depends on the device count.
 
 Compile time dominates these tests (each solve, derivative and fit is one XLA program); on jax
 0.10, XLA:CPU's legacy loop emitters compile them about twice as fast as the default fusion
-emitters, so the flag is set for this session (and the example's subprocess) before the backend
+emitters, so the flag is set for this pytest run (and the example's subprocess) before the backend
 starts. Other JAX versions are left alone: XLA refuses flags it does not know.
 """
 
