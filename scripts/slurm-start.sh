@@ -35,16 +35,8 @@ fail() { say "ERROR: $*"; exit 1; }
 [[ $(id -u) -eq 0 ]] || fail "run me as root (I install packages and start munged, slurmctld and slurmd)"
 [[ $CPUS =~ ^[1-9][0-9]*$ ]] || fail "DIFFSOUP_SLURM_CPUS=$CPUS is not a positive integer"
 
-# running_pid PIDFILE BINARY: print the PID in PIDFILE if that process is alive and runs BINARY.
-running_pid() {
-  local pid exe
-  [[ -r $1 ]] || return 1
-  pid=$(tr -dc '0-9' <"$1")
-  [[ -n $pid ]] || return 1
-  exe=$(readlink -f "/proc/$pid/exe" 2>/dev/null) || return 1
-  [[ $exe == "$(readlink -f "$2")" ]] || return 1
-  echo "$pid"
-}
+# shellcheck source=scripts/slurm-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm-lib.sh"
 
 # retry SECONDS COMMAND...: run COMMAND every 0.2 s until it succeeds or SECONDS pass.
 retry() {

@@ -8,16 +8,8 @@ set -euo pipefail
 STATE=${DIFFSOUP_SLURM_STATE:-/tmp/diffsoup-slurm}
 say() { printf '[slurm-stop] %s\n' "$*" >&2; }
 
-# running_pid PIDFILE BINARY: print the PID in PIDFILE if that process is alive and runs BINARY.
-running_pid() {
-  local pid exe
-  [[ -r $1 ]] || return 1
-  pid=$(tr -dc '0-9' <"$1")
-  [[ -n $pid ]] || return 1
-  exe=$(readlink -f "/proc/$pid/exe" 2>/dev/null) || return 1
-  [[ $exe == "$(readlink -f "$2" 2>/dev/null)" ]] || return 1
-  echo "$pid"
-}
+# shellcheck source=scripts/slurm-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm-lib.sh"
 alive() { readlink "/proc/$1/exe" >/dev/null 2>&1; }   # false for a zombie or a gone process
 
 SLURMCTLD=$(command -v slurmctld || echo /usr/sbin/slurmctld)
