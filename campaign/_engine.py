@@ -116,7 +116,9 @@ class _Run:
         self.progress = progress
         self.cond = threading.Condition()
         self.queue: deque[Task] = deque()
-        self.inflight: dict[str, Task] = {}
+        self.inflight: dict[str, Task] = {}  # submitted to the scheduler, no outcome yet
+        self.running: set[str] = set()  # of those, the ones that started
+        self.low_water = 0
         self.tries: dict[str, int] = {}
         self.refused: dict[str, list[dict[str, Any]]] = {}
         self.counts = {"accepted": 0, "failed": 0, "done": 0}
@@ -147,10 +149,12 @@ class _Run:
     def _dispatch(self) -> None:
         scheduler, cond, queue, inflight = self.scheduler, self.cond, self.queue, self.inflight
         scheduler.start(self.fn, self._report)
+        # submit more once at most this many are in flight
+        self.low_water = max(0, scheduler.slots - max(1, scheduler.refill))
         try:
             while True:
                 with cond:
-                    while inflight and not (queue and len(inflight) < scheduler.slots):
+                    while inflight and not (queue and len(inflight) <= self.low_water):
                         cond.wait(1.0)
                     if not queue and not inflight:
                         break
@@ -175,6 +179,7 @@ class _Run:
                     self.ledger.put(tid, _records.finished(rec, INTERRUPTED,
                                                            at=time.time(), error=why.as_dict()))
             self.inflight.clear()
+            self.running.clear()
         try:
             with _sigint_ignored():  # a second Ctrl-C must not cut this last write short
                 self.ledger.close("interrupted" if isinstance(exc, KeyboardInterrupt)
@@ -194,16 +199,19 @@ class _Run:
     def _report(self, event: Started | Outcome) -> None:
         with self.cond:
             if type(event) is Started:
+                self.running.add(event.task_id)
                 self.ledger.put(event.task_id, _records.started(
                     self._record(event.task_id), at=event.time, **_where(event.placement)))
             else:
                 self._finish(event)
-                self.cond.notify()
+                if not self.inflight or (self.queue and len(self.inflight) <= self.low_water):
+                    self.cond.notify()  # only when the dispatcher has something to do
         if self.progress is not None:
             self.progress(self._progress())
 
     def _finish(self, out: Outcome) -> None:
         tid = out.task_id
+        self.running.discard(tid)
         task = self.inflight.pop(tid, None)
         if task is None:
             logger.warning("ignoring a second outcome for task %r", tid)
@@ -248,8 +256,8 @@ class _Run:
             accepted, failed = self.counts["accepted"], self.counts["failed"]
             total = len(self.prepared)
             refused = len(self.refused)
-            return Progress(total, accepted, failed, refused, len(self.inflight),
-                            total - accepted - failed - refused - len(self.inflight),
+            return Progress(total, accepted, failed, refused, len(self.running),
+                            total - accepted - failed - refused - len(self.running),
                             self.counts["done"], time.monotonic() - self.begun)
 
 

@@ -60,6 +60,7 @@ class Ledger:
         self._writer_idle = False
         self._next_commit = 0.0
         self._disk_state: tuple[int, int, int] | None = None
+        self._serializer = _document.Serializer()
         self._file_lock = _document.file_lock(self.path)
         self._driver_lock = FileLock(self.path.with_name(self.path.name + ".driver"),
                                      timeout=0, thread_local=False)
@@ -294,7 +295,7 @@ class Ledger:
             if self._disk_state is not None and _document.file_state(self.path) != self._disk_state:
                 self._merge_from_disk()
             self.doc["updated"] = time.time()
-            data = _document.dumps(self.doc)
+            data = self._serializer.dumps(self.doc)
             taken, self._dirty = self._dirty, set()
             meta, self._meta_dirty = self._meta_dirty, False
         try:

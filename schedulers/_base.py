@@ -11,8 +11,8 @@ from ._events import Report, Task
 class Scheduler(abc.ABC):
     """Runs ``fn(item)`` somewhere and reports each task's start and outcome.
 
-    The engine calls `start` once, then rounds of `submit` (at most `slots` tasks in flight)
-    each followed by `flush`, then `stop`.
+    The engine calls `start` once, then rounds of `submit` (at most `slots` tasks in flight,
+    a round once `refill` slots are free) each followed by `flush`, then `stop`.
     `report` may be called from any thread; it must be called with a `Started` event before
     ``fn`` runs and exactly once with an `Outcome` per submitted task (unless `stop` comes first).
     """
@@ -22,7 +22,16 @@ class Scheduler(abc.ABC):
     @property
     @abc.abstractmethod
     def slots(self) -> int:
-        """How many tasks this scheduler runs at once."""
+        """How many tasks the engine may have submitted without their outcome yet."""
+
+    @property
+    def refill(self) -> int:
+        """How many slots must be free before the engine submits more (1: after each outcome).
+
+        A scheduler that queues tasks of its own asks for them in batches, sparing the driver
+        a thread switch per task.
+        """
+        return 1
 
     def start(self, fn: Callable[[Any], Any], report: Report) -> None:
         self.fn = fn

@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 MAX_START_FAILURES = 3
 #: Busy workers hold their next task while the mean task takes less than this (seconds).
 LOOKAHEAD_BELOW = 1.0
+#: Tasks per worker the scheduler queues beyond those running and held; the engine tops the
+#: queue up when half of it is gone, one thread switch of the driver per that many tasks.
+QUEUED_PER_WORKER = 4
 #: Seconds the other processes of a group get to finish a task after one of them raised,
 #: before the group is restarted (they may wait in a collective for the one that raised).
 ERROR_GRACE = 5.0
@@ -84,12 +87,18 @@ class ProcessesScheduler(Scheduler):
         self._mean = 0.0  # mean task duration (seconds), once one finished
         self._seen = 0
         # a one-process worker runs one task and holds the next; a group of several runs one
-        self._slots = sum(1 if g is not None and len(group_processes(g)) > 1 else 2
-                          for g in groups)
+        self._queued = QUEUED_PER_WORKER * len(groups)
+        self._slots = self._queued + sum(1 if g is not None and len(group_processes(g)) > 1
+                                         else 2 for g in groups)
+        self._generation = 0  # changes whenever self._workers does
 
     @property
     def slots(self) -> int:
         return self._slots
+
+    @property
+    def refill(self) -> int:
+        return max(1, self._queued // 2)
 
     # ------------------------------------------------------------------ life cycle
     def start(self, fn: Callable[[Any], Any], report: Report) -> None:
@@ -184,23 +193,31 @@ class ProcessesScheduler(Scheduler):
     def _watch(self) -> None:
         with selectors.DefaultSelector() as selector:
             watched: dict[Any, int] = {}  # what the selector watches -> its fd
+            generation = -1
+            by_conn: dict[Any, tuple[WorkerGroup, int]] = {}
+            by_sentinel: dict[Any, tuple[WorkerGroup, int]] = {}
             while True:
                 with self._lock:
                     if self._stopping:
                         return
-                    by_conn = {m.conn: (w, j) for w in self._workers
-                               for j, m in enumerate(w.members)}
-                    by_sentinel = {m.sentinel: (w, j) for w in self._workers
-                                   for j, m in enumerate(w.members) if m.sentinel is not None}
+                    changed = generation != self._generation
+                    if changed:
+                        generation = self._generation
+                        by_conn = {m.conn: (w, j) for w in self._workers
+                                   for j, m in enumerate(w.members)}
+                        by_sentinel = {m.sentinel: (w, j) for w in self._workers
+                                       for j, m in enumerate(w.members)
+                                       if m.sentinel is not None}
                     nearest = min((w.deadline for w in self._workers), default=float("inf"))
                 # One selector for the whole run, changed only when workers are replaced (a new
                 # poll set per wake-up cost more than the tasks' own messages).
-                wanted = {self._wake_r, *by_conn, *by_sentinel}
-                for gone in set(watched) - wanted:  # by the fd it had: it may be closed now
-                    selector.unregister(watched.pop(gone))
-                for new in wanted - set(watched):
-                    watched[new] = _fd(new)
-                    selector.register(watched[new], selectors.EVENT_READ, new)
+                if changed:
+                    wanted = {self._wake_r, *by_conn, *by_sentinel}
+                    for gone in set(watched) - wanted:  # by the fd it had: it may be closed now
+                        selector.unregister(watched.pop(gone))
+                    for new in wanted - set(watched):
+                        watched[new] = _fd(new)
+                        selector.register(watched[new], selectors.EVENT_READ, new)
                 timeout = (None if nearest == float("inf")
                            else max(0.0, nearest - time.monotonic()))
                 ready = [key.data for key, _ in selector.select(timeout)]
@@ -290,6 +307,7 @@ class ProcessesScheduler(Scheduler):
         self._requeue(w)
         w.kill()
         self._workers[self._workers.index(w)] = self._spawn(w.index, w.group, failures)
+        self._generation += 1
 
     def _replace(self, w: WorkerGroup, cause: str) -> None:
         """A worker died: report its task lost and start another in its place.
@@ -316,6 +334,7 @@ class ProcessesScheduler(Scheduler):
             self._requeue(w)
             w.kill()
             self._workers.remove(w)
+            self._generation += 1
             while self._pending:
                 self._fail_locked(self._pending.popleft(), self._fatal)
             return
@@ -325,6 +344,7 @@ class ProcessesScheduler(Scheduler):
                                        f"{cause} before it was ready, {failures} times in a row"))
             w.kill()
             self._workers.remove(w)
+            self._generation += 1
             return
         self._restart(w, failures)
 

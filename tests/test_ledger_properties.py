@@ -14,12 +14,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from campaign import Ledger, checkpointed_map, read_ledger
-from campaign._document import update
+from campaign._document import Serializer, dumps, new_document, update
 from campaign._jsonvalue import fingerprint
 from campaign._records import finished, new_record, started
 
@@ -136,3 +136,23 @@ LedgerMachine.TestCase.settings = settings(max_examples=int(os.environ.get("DIFF
                                            stateful_step_count=12,
                                            deadline=None)
 test_ledger_state_machine = LedgerMachine.TestCase
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "replace", "remove", "run"]),
+                          st.sampled_from(["a", "b", 'c"é', "d/\\"])), max_size=30))
+def test_commits_serialize_as_the_whole_document_does(steps):
+    """The serializer that reuses unchanged records' JSON writes exactly `dumps`' bytes."""
+    doc = new_document(now=1.0)
+    serializer = Serializer()
+    for op, tid in steps:
+        if op == "put" and tid not in doc["tasks"]:
+            doc["tasks"][tid] = new_record({"task_id": tid, "x": len(tid)}, "f" * 8)
+        elif op == "replace" and tid in doc["tasks"]:
+            doc["tasks"][tid] = started(doc["tasks"][tid], host="h", pid=1, worker=None,
+                                        device_group=[0, 1], at=2.5)
+        elif op == "remove":
+            doc["tasks"].pop(tid, None)
+        elif op == "run":
+            doc["runs"].append({"id": tid, "status": "running"})
+        assert serializer.dumps(doc) == dumps(doc)

@@ -188,3 +188,40 @@ def test_options_the_scheduler_does_not_take(ledger):
     with pytest.raises(ValueError, match="does not take client"):
         checkpointed_map(square, [{"task_id": "a", "x": 1}], ledger_path=ledger,
                          execution="processes", client=object())
+
+
+def echo_size(item):
+    if item.get("unpicklable"):
+        return {"value": lambda: 0}
+    return {"n": len(item["blob"]), "back": item["blob"][: item["back"]]}
+
+
+def test_large_items_and_results_cross_intact_and_unpicklable_results_fail(ledger):
+    """Messages of every size (the worker frames them itself) and a result that cannot travel."""
+    sizes = [0, 1, 65_535, 65_536, 300_000]
+    items = [{"task_id": f"s{n}", "blob": "x" * n, "back": n} for n in sizes]
+    items.append({"task_id": "bad", "blob": "", "back": 0, "unpicklable": True})
+    camp = checkpointed_map(echo_size, items, ledger_path=ledger, execution="processes",
+                            workers=2)
+    for n in sizes:
+        assert camp.result(f"s{n}") == {"n": n, "back": "x" * n}
+    (failure,) = camp.failures
+    assert failure.task_id == "bad" and "cannot be pickled" in failure.message
+    assert "lambda" in failure.message
+
+
+def short_task(item):
+    time.sleep(0.005)
+    return {"i": item["i"]}
+
+
+def test_progress_counts_only_started_tasks_as_running(ledger):
+    """Tasks queued in the driver or held by a busy worker are not running yet."""
+    seen = []
+    items = [{"task_id": f"t{i:03d}", "i": i} for i in range(120)]
+    camp = checkpointed_map(short_task, items, ledger_path=ledger, execution="processes",
+                            workers=2, progress=seen.append)
+    assert camp.complete
+    assert max(p.running for p in seen) <= 2
+    assert all(p.accepted + p.failed + p.running + p.remaining == p.total for p in seen)
+    assert seen[-1].accepted == 120 and seen[-1].remaining == 0
