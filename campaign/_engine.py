@@ -65,7 +65,8 @@ def checkpointed_map(
             is recorded failed.
         timeout: for ``"processes"``: seconds a task may run before its worker is killed and
             the task fails with ``TaskTimeout``.
-        progress: called with a `Progress` after every start and outcome.
+        progress: called with a `Progress` after every start and outcome (once for those a
+            worker reported together).
         commit_interval: the shortest time in seconds between two ledger writes (group commit);
             raise it on slow shared file systems. Outcomes arriving in between are written
             together; checkpointed_map returns only once all are durable.
@@ -118,7 +119,6 @@ class _Run:
         self.queue: deque[Task] = deque()
         self.inflight: dict[str, Task] = {}  # submitted to the scheduler, no outcome yet
         self.running: set[str] = set()  # of those, the ones that started
-        self.low_water = 0
         self.tries: dict[str, int] = {}
         self.refused: dict[str, list[dict[str, Any]]] = {}
         self.counts = {"accepted": 0, "failed": 0, "done": 0}
@@ -149,12 +149,10 @@ class _Run:
     def _dispatch(self) -> None:
         scheduler, cond, queue, inflight = self.scheduler, self.cond, self.queue, self.inflight
         scheduler.start(self.fn, self._report)
-        # submit more once at most this many are in flight
-        self.low_water = max(0, scheduler.slots - max(1, scheduler.refill))
         try:
             while True:
                 with cond:
-                    while inflight and not (queue and len(inflight) <= self.low_water):
+                    while inflight and not (queue and len(inflight) <= self._low_water()):
                         cond.wait(1.0)
                     if not queue and not inflight:
                         break
@@ -168,6 +166,11 @@ class _Run:
                 scheduler.flush()
         finally:
             scheduler.stop()
+
+    def _low_water(self) -> int:
+        """Submit more once at most this many tasks are in flight (the scheduler's slots and
+        refill may change as it learns how long tasks take)."""
+        return max(0, self.scheduler.slots - max(1, self.scheduler.refill))
 
     def _abandon(self, exc: BaseException) -> None:
         """Record the tasks in flight as interrupted, write, and close the run."""
@@ -196,16 +199,20 @@ class _Run:
             rec = _records.new_record(p.stored, p.fingerprint)
         return rec
 
-    def _report(self, event: Started | Outcome) -> None:
+    def _report(self, events: Started | Outcome | list[Started | Outcome]) -> None:
+        finished = False
         with self.cond:
-            if type(event) is Started:
-                self.running.add(event.task_id)
-                self.ledger.put(event.task_id, _records.started(
-                    self._record(event.task_id), at=event.time, **_where(event.placement)))
-            else:
-                self._finish(event)
-                if not self.inflight or (self.queue and len(self.inflight) <= self.low_water):
-                    self.cond.notify()  # only when the dispatcher has something to do
+            for event in events if type(events) is list else (events,):
+                if type(event) is Started:
+                    self.running.add(event.task_id)
+                    self.ledger.put(event.task_id, _records.started(
+                        self._record(event.task_id), at=event.time, **_where(event.placement)))
+                else:
+                    self._finish(event)
+                    finished = True
+            if finished and (not self.inflight
+                             or (self.queue and len(self.inflight) <= self._low_water())):
+                self.cond.notify()  # only when the dispatcher has something to do
         if self.progress is not None:
             self.progress(self._progress())
 

@@ -13,8 +13,9 @@ class Scheduler(abc.ABC):
 
     The engine calls `start` once, then rounds of `submit` (at most `slots` tasks in flight,
     a round once `refill` slots are free) each followed by `flush`, then `stop`.
-    `report` may be called from any thread; it must be called with a `Started` event before
-    ``fn`` runs and exactly once with an `Outcome` per submitted task (unless `stop` comes first).
+    `report` may be called from any thread, with one event or a list of them in order; it must
+    be given a `Started` event before ``fn`` runs and exactly one `Outcome` per submitted task
+    (unless `stop` comes first).
     """
 
     name: ClassVar[str]

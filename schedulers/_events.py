@@ -84,4 +84,5 @@ class Outcome:
 
 
 Event = Union[Started, Outcome]
-Report = Callable[[Event], None]
+#: Called with one event, or with a list of events that arrived together (in order).
+Report = Callable[[Union[Event, list[Event]]], None]

@@ -77,7 +77,12 @@ class WorkerGroup:
     begun: float = 0.0
     deadline: float = float("inf")
     done: dict[int, tuple[str, Any, float, float]] = field(default_factory=dict)
-    _placement: Placement | None = None
+    several: bool = field(init=False, default=False)  # more than one process
+    ready: bool = field(init=False, default=False)  # every process said it is ready
+    _placement: Placement | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.several = len(self.members) > 1
 
     @classmethod
     def spawn(cls, index: int, group: Group | None, fn_bytes: bytes, failures: int = 0,
@@ -96,10 +101,6 @@ class WorkerGroup:
         return cls(index, group, members, port, failures)
 
     @property
-    def several(self) -> bool:
-        return len(self.members) > 1
-
-    @property
     def name(self) -> str:
         return f"group-{self.index}" if self.several else f"proc-{self.index}"
 
@@ -112,9 +113,11 @@ class WorkerGroup:
         """Process 0's pid (0 until it is ready)."""
         return self.pids.get(0, 0)
 
-    @property
-    def ready(self) -> bool:
-        return len(self.pids) == len(self.members)
+    def joined(self, member: int, pid: int) -> bool:
+        """Process ``member`` (pid ``pid``) is ready; True once every process is."""
+        self.pids[member] = pid
+        self.ready = len(self.pids) == len(self.members)
+        return self.ready
 
     @property
     def idle(self) -> bool:

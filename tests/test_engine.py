@@ -8,12 +8,15 @@ import os
 import signal
 import subprocess
 import textwrap
+import threading
 import time
+from collections import deque
 
 import numpy as np
 import pytest
 
 from campaign import (DriverBusyError, Interrupted, LedgerError, checkpointed_map, read_ledger)
+from schedulers import Outcome, OutcomeKind, Placement, Scheduler, Started
 from testkit import PYTHON, child_env
 
 
@@ -260,3 +263,58 @@ def test_history_is_bounded(ledger):
     rec = read_ledger(ledger)["tasks"]["t0"]
     assert rec["attempts"] == 8 and len(rec["history"]) == 5
     assert [h["attempt"] for h in rec["history"]] == [3, 4, 5, 6, 7]
+
+
+class LearningScheduler(Scheduler):
+    """Runs tasks one by one in a thread; takes more tasks at once after its first outcome
+    (as the dask scheduler does once it has measured how long tasks take)."""
+
+    name = "learning"
+
+    def __init__(self):
+        self.waiting: deque = deque()
+        self.lock = threading.Lock()
+        self.finished = 0
+        self.starved = 0  # times the thread found nothing to run while the run went on
+
+    @property
+    def slots(self) -> int:
+        return 1 if self.finished == 0 else 8
+
+    def start(self, fn, report):
+        super().start(fn, report)
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def submit(self, task):
+        with self.lock:
+            self.waiting.append(task)
+
+    def _run(self):
+        while not self.stopping:
+            with self.lock:
+                task = self.waiting.popleft() if self.waiting else None
+            if task is None:
+                if 0 < self.finished < 60:
+                    self.starved += 1
+                time.sleep(0.001)
+                continue
+            now = time.time()
+            self.report(Started(task.task_id, task.attempt, Placement.here(), now))
+            time.sleep(0.01)
+            self.report(Outcome(task.task_id, task.attempt, OutcomeKind.RESULT,
+                                Placement.here(), now, time.time(), result=self.fn(task.item)))
+            self.finished += 1
+
+    def stop(self):
+        self.stopping = True
+        self.thread.join()
+
+
+def test_the_engine_follows_a_scheduler_whose_slots_grow(ledger):
+    """Submitting again once in-flight tasks fall under the slots of now, not of the start."""
+    scheduler = LearningScheduler()
+    camp = checkpointed_map(square, items_of(60), ledger_path=ledger, execution=scheduler)
+    assert camp.complete
+    assert scheduler.starved <= 3  # refilled as tasks finish, not once all 8 are done

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -225,3 +226,27 @@ def test_progress_counts_only_started_tasks_as_running(ledger):
     assert max(p.running for p in seen) <= 2
     assert all(p.accepted + p.failed + p.running + p.remaining == p.total for p in seen)
     assert seen[-1].accepted == 120 and seen[-1].remaining == 0
+
+
+def policy_or_die(item):
+    if item.get("marker") and not Path(item["marker"]).exists():
+        Path(item["marker"]).write_text("died")
+        os._exit(3)  # the first attempt takes its worker down: a new one is started
+    return {"policy": os.sched_getscheduler(0), "pid": os.getpid()}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.sched_getscheduler(0) != 0,
+                    reason="scheduling policies as Linux has them, from the default one")
+def test_the_monitor_does_not_preempt_workers_and_workers_keep_the_default_policy(ledger,
+                                                                                 tmp_path):
+    policies = set()
+    items = [{"task_id": "die", "marker": str(tmp_path / "died")}]
+    items += [{"task_id": f"t{i}"} for i in range(20)]
+    camp = checkpointed_map(policy_or_die, items, ledger_path=ledger, execution="processes",
+                            workers=1, progress=lambda p: policies.add(os.sched_getscheduler(0)))
+    assert camp.complete and camp.records["die"]["interruptions"] == 1
+    first_worker = camp.records["die"]["history"][0]["pid"]
+    assert {camp.result(t)["pid"] for t in camp.task_ids} - {first_worker}  # a new worker ran
+    assert {camp.result(t)["policy"] for t in camp.task_ids} == {os.SCHED_OTHER}
+    assert os.SCHED_BATCH in policies  # progress is reported from the monitor thread
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
