@@ -18,8 +18,8 @@ the queue unmarked.
 The driver's monitor thread runs under Linux's ``SCHED_BATCH`` policy: with its usual share of
 the CPU, but a worker's message does not make it preempt that worker on its core (a socket's
 wake-up puts the reader on the writer's core), so a worker goes on with its next task while the
-driver records the last one. On a node where every core runs a worker this was worth about one
-point of efficiency with tasks of 10 ms (benchmarks/scheduler_overhead.py).
+driver records the last one. With tasks of 10 ms and a worker on each of two cores, this and
+holding more than one task were worth about one point of efficiency.
 """
 
 from __future__ import annotations
@@ -175,10 +175,9 @@ class ProcessesScheduler(Scheduler):
         with self._lock:
             if self._fatal is not None:
                 self._fail_locked(task, self._fatal)
-                self._report_events()
-                return
-            self._pending.append(task)
-            self._assign_locked()  # sent from here: the monitor needs no wake-up for it
+            else:
+                self._pending.append(task)
+                self._assign_locked()  # sent from here: the monitor needs no wake-up for it
             self._report_events()
 
     def _emit(self, event: Event) -> None:

@@ -8,8 +8,9 @@ and receives every task of the group.
 Between two tasks the worker does as little as it can: one non-blocking ``recv`` tells whether
 the next task is already waiting (and reads it), one ``send`` carries the finished task's
 outcome together with the next task's start. After a task of a few milliseconds every
-instruction is slow (cold caches): a `multiprocessing.connection.Connection` took five times
-longer for the same exchange, measured in benchmarks/scheduler_overhead.py.
+instruction is slow (cold caches), so the steps count: `multiprocessing.connection.Connection`'s
+``poll`` and ``recv`` took about 130 µs there, this one ``recv`` about 85 µs (tasks of 10 ms,
+two workers on two cores).
 """
 
 from __future__ import annotations
@@ -93,8 +94,10 @@ class Channel:
     def send_bytes(self, data: bytes) -> None:
         size = len(data)
         header = _SHORT.pack(size) if size <= 0x7FFFFFFF else _SHORT.pack(-1) + _LONG.pack(size)
-        self.sock.sendall(header + data if size < 1 << 16 else header)
-        if size >= 1 << 16:
+        if size < 1 << 16:  # one send; a large message is not copied to prepend its header
+            self.sock.sendall(header + data)
+        else:
+            self.sock.sendall(header)
             self.sock.sendall(data)
 
 
