@@ -9,7 +9,8 @@ import time
 
 import jax
 
-from ._launch_info import COORDINATOR, NONE, Launch, detect, parse_address
+from ._launch_info import COORDINATOR, NONE, Launch, detect, nodes, parse_address
+from ._tcp import resolve
 
 __all__ = ["initialize"]
 
@@ -75,6 +76,19 @@ def _reach(launch: Launch, timeout: float) -> float:
         "initialize(timeout=...)")
 
 
+def _bind_address(launch: Launch) -> str | None:
+    """Process 0: the coordinator listens on the address its host resolves to, not on all.
+
+    ``None`` (JAX's choice) on the other processes, and where the user set JAX's own
+    ``JAX_COORDINATOR_BIND_ADDRESS``.
+    """
+    if launch.process_id != 0 or os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
+        return None
+    host, port = parse_address(launch.coordinator, "the coordinator address")
+    address = resolve(host, port, nodes(os.environ))[3][0]
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None, *, cpu_devices: int | None = None,
                timeout: int = 60) -> Launch:
@@ -87,6 +101,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     ids); an MPI launch (``mpirun``; process 0's ``host:port`` comes from
     ``DIFFSOUP_COORDINATOR``). Without any of these it does nothing, so one script runs alone
     and under a launcher. Afterwards `jax.devices()` and `global_mesh` span every process.
+    Process 0's coordinator listens on the address its host resolves to only (loopback for
+    ``127.0.0.1``), unless ``JAX_COORDINATOR_BIND_ADDRESS`` says otherwise.
     Calling it again with the same settings returns the same `Launch` and changes nothing, so a
     function run many times in one long-lived worker process may call it every time.
 
@@ -104,7 +120,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
 
     Raises:
         ValueError: for some but not all of the three arguments, or malformed ones; for an MPI
-            launch without ``DIFFSOUP_COORDINATOR``.
+            launch without ``DIFFSOUP_COORDINATOR``; on process 0, for a coordinator host that
+            resolves to loopback on a job that spans several nodes.
         RuntimeError: when the coordinator is not reached within ``timeout`` seconds, or when
             called twice with different settings.
     """
@@ -133,9 +150,11 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     _cpu_setup(cpu_devices)
     logger.info("initialize: %s launch, process %d of %d, coordinator %s", launch.source,
                 launch.process_id, launch.num_processes, launch.coordinator)
+    bind = _bind_address(launch)
     left = _reach(launch, timeout)
     jax.distributed.initialize(launch.coordinator, launch.num_processes, launch.process_id,
-                               initialization_timeout=max(1, int(left)))
+                               initialization_timeout=max(1, int(left)),
+                               coordinator_bind_address=bind)
     _state = Launch(launch.source, launch.coordinator, launch.num_processes, launch.process_id,
                     initialized=True)
     return _state

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = ["COORDINATOR", "NUM_PROCESSES", "PROCESS_ID", "Launch", "detect", "first_host",
-           "parse_address", "slurm_port"]
+           "nodes", "parse_address", "slurm_port"]
 
 #: The variables our launcher sets (and the coordinator an MPI launch is given).
 COORDINATOR = "DIFFSOUP_COORDINATOR"
@@ -78,6 +78,23 @@ def slurm_port(job_id: str, step_id: str) -> int:
     """The coordinator port of a Slurm step: the same on every task, distinct between steps."""
     digest = zlib.crc32(f"{job_id}.{step_id}".encode())
     return _SLURM_PORT_BASE + 2 * (digest % (_SLURM_PORT_SPAN // 2))
+
+
+def nodes(env: Mapping[str, str]) -> int:
+    """How many nodes the job spans, as far as its launcher says (1 when it does not).
+
+    Slurm gives the step's node count; OpenMPI's local size below the world size means more
+    than one node (reported as 2). Our launcher is one node.
+    """
+    if PROCESS_ID in env and NUM_PROCESSES in env:
+        return 1
+    count = env.get("SLURM_STEP_NUM_NODES", env.get("SLURM_JOB_NUM_NODES", ""))
+    if "SLURM_PROCID" in env and count.isdigit():
+        return int(count)
+    local, world = env.get("OMPI_COMM_WORLD_LOCAL_SIZE", ""), env.get("OMPI_COMM_WORLD_SIZE", "")
+    if local.isdigit() and world.isdigit() and int(local) < int(world):
+        return 2
+    return 1
 
 
 def _int(env: Mapping[str, str], name: str) -> int:

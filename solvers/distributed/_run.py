@@ -22,7 +22,8 @@ from ..inference._lower import LoweredProblem, Plan, _place, lower
 from ..inference._problem import InferenceProblem
 from ..inference._structure import BucketPlan
 from . import _initialize
-from ._launch_info import COORDINATOR, Launch, detect, parse_address
+from ._auth import job_secret
+from ._launch_info import COORDINATOR, Launch, detect, nodes, parse_address
 from ._mpi import MpiTransport, mpi_available
 from ._remote import Remote, register, unregister
 from ._share import Share, assign, compressed, share
@@ -47,8 +48,9 @@ def _transport(launch: Launch, connect_timeout: float) -> Transport:
                          f"is not installed and {COORDINATOR} is not set; pip install mpi4py, "
                          f"or export {COORDINATOR}=<host of rank 0>:<free port> to every rank")
     host, port = parse_address(launch.coordinator, "the coordinator address")
-    return TcpTransport(host, port + 1, launch.process_id, launch.num_processes,
-                        connect_timeout=connect_timeout)
+    secret = job_secret(os.environ, f"{launch.source} launch of {launch.num_processes} processes")
+    return TcpTransport(host, port + 1, launch.process_id, launch.num_processes, secret=secret,
+                        nodes=nodes(os.environ), connect_timeout=connect_timeout)
 
 
 def _stack(replies: list[Any], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -206,7 +208,10 @@ def run(study: InferenceProblem, *, layout: Layout | None = None, timeout: float
 
     Start it with ``mpirun -n K python -m mpi4py script.py`` (mpi4py messages), ``srun -n K
     python script.py`` or ``python -m solvers.distributed.launch -n K script.py`` (TCP messages
-    to process 0 on the coordinator's port + 1). `initialize` is not needed for this.
+    to process 0, which listens on the coordinator's host and port + 1 only). Over TCP every
+    connection first proves the job's secret both ways: the launcher sets a fresh
+    ``DIFFSOUP_SECRET``; under ``srun`` or ``mpirun`` export one (or ``DIFFSOUP_SECRET_FILE``)
+    to every process. `initialize` is not needed for this.
 
     Arguments:
         study: an `InferenceProblem` / `Study`.
@@ -224,5 +229,9 @@ def run(study: InferenceProblem, *, layout: Layout | None = None, timeout: float
         WorkerLost: on process 0, from the block, when a worker dies or stops answering.
         RuntimeError: when a worker cannot load or evaluate its experiments (its traceback is
             shown).
+        ValueError: over TCP, when the job's secret is not set (the message shows how to set
+            it), or process 0's host resolves to loopback on a job of several nodes.
+        ConnectionError: on a worker, when process 0 refuses its proof of the secret (another
+            secret) or the listener does not prove it.
     """
     return _Run(study, layout, timeout, connect_timeout)

@@ -4,7 +4,8 @@
     python -m solvers.distributed.launch -n 2 -m package.module [args...]
 
 Each process gets ``DIFFSOUP_COORDINATOR=127.0.0.1:<free port>`` (the next port is free too, for
-`run`), ``DIFFSOUP_NUM_PROCESSES=K`` and ``DIFFSOUP_PROCESS_ID=i``. SIGINT and SIGTERM are passed
+`run`), ``DIFFSOUP_NUM_PROCESSES=K``, ``DIFFSOUP_PROCESS_ID=i`` and ``DIFFSOUP_SECRET``, a fresh
+random secret of this launch (64 hex digits) that `run`'s processes prove to each other. SIGINT and SIGTERM are passed
 on to every process. The launcher exits with the first failing process's code (128 + signal for
 one killed by a signal) after ending the others, or 0 when all succeed.
 """
@@ -21,6 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from ._auth import SECRET, new_secret
 from ._launch_info import COORDINATOR, NUM_PROCESSES, PROCESS_ID
 
 __all__ = ["free_port_pair", "launch", "main"]
@@ -59,6 +61,7 @@ def launch(command: Sequence[str], processes: int, *, env: dict[str, str] | None
     base = dict(os.environ if env is None else env)
     base[COORDINATOR] = f"127.0.0.1:{free_port_pair()}"
     base[NUM_PROCESSES] = str(processes)
+    base[SECRET] = new_secret()
     children = []
     for i in range(processes):
         child_env = dict(base)

@@ -17,13 +17,16 @@ FIT = HERE / "fit_script.py"
 MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root"]
 
 
-def env() -> dict[str, str]:
+def env(secret: str | None = None) -> dict[str, str]:
+    """A child's environment without any launcher's variables; ``secret``: its DIFFSOUP_SECRET."""
     out = child_env()
     for name in list(out):   # a test run under a launcher must not leak it into the children
         if name.startswith(("DIFFSOUP_COORDINATOR", "DIFFSOUP_NUM_PROC", "DIFFSOUP_PROCESS_ID",
-                            "OMPI_", "PMI_", "SLURM_")):
+                            "DIFFSOUP_SECRET", "OMPI_", "PMI_", "SLURM_")):
             del out[name]
     out["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+    if secret is not None:
+        out["DIFFSOUP_SECRET"] = secret
     return out
 
 

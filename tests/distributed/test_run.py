@@ -8,6 +8,7 @@ are loaded on the process that owns it, once.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -84,13 +85,15 @@ def test_mpirun(reference, tmp_path, processes):
 
 def test_srun(reference, tmp_path):
     require(slurm_available(), "no Slurm answers (start it with scripts/slurm-start.sh)")
-    run(["srun", "-n", "2", "--time=5", PYTHON, str(FIT), str(tmp_path), "--init"])
+    # srun passes the environment on: the job's secret, exported as a user would
+    run(["srun", "-n", "2", "--time=5", PYTHON, str(FIT), str(tmp_path), "--init"],
+        env=env(secrets.token_hex(32)))
     check(tmp_path, reference, "slurm", 2)
 
 
 def test_killed_worker_makes_process_zero_raise_promptly(tmp_path):
     """SIGKILL of process 1 mid-fit: process 0 raises WorkerLost within a bound, no hang."""
-    base = env()
+    base = env(secrets.token_hex(32))
     base["DIFFSOUP_COORDINATOR"] = free_coordinator()
     base["DIFFSOUP_NUM_PROCESSES"] = "2"
     procs = []
