@@ -17,12 +17,12 @@ from schedulers import Scheduler
 
 from . import _records
 from ._campaign import Campaign, Progress
-from ._errors import Interrupted, ResultError
+from ._errors import Interrupted
 from ._items import PreparedItem, prepare_items
-from ._jsonvalue import encode_result
 from ._ledger import Ledger
-from ._plan import plan
-from ._status import ACCEPTED, FAILED, INTERRUPTED, RUNNING
+from ._plan import nothing_to_run, plan
+from ._policy import Limits, settle, stopped
+from ._status import ACCEPTED, RUNNING
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +61,9 @@ def checkpointed_map(
             per_process=1)``), runs each task on all its processes at once; ``fn`` calls
             ``solvers.distributed.initialize()`` and the result is process 0's.
         retries: how many more times a task that raised is run again within this run.
-        max_interruptions: how many times a task whose worker was lost is run again before it
-            is recorded failed.
+        max_interruptions: how many times a task whose worker was lost is run again in this
+            run before it is recorded failed. Losses in earlier runs, a new driver taking over
+            the tasks of a dead one, and Ctrl-C or SIGTERM are not counted (docs/ledger.md).
         timeout: for ``"processes"``: seconds a task may run before its worker is killed and
             the task fails with ``TaskTimeout``.
         progress: called with a `Progress` after every start and outcome (once for those a
@@ -74,20 +75,22 @@ def checkpointed_map(
             ``"processes"``).
 
     Returns:
-        a `Campaign`; on return every outcome is durable on disk.
+        a `Campaign`; on return every outcome is durable on disk. A resume that finds every
+        item accepted (nothing to run) starts no scheduler and writes nothing.
 
     Raises:
         ItemError: bad items (before anything runs or is written).
         LedgerError: the ledger is corrupt, foreign or newer (it is not overwritten).
         DriverBusyError: another live driver runs a campaign on this ledger.
         KeyboardInterrupt, Interrupted: on Ctrl-C or SIGTERM, after the running task was
-            recorded interrupted and the ledger written.
+            recorded interrupted and the ledger written. Under ``"serial"``, a
+            ``KeyboardInterrupt`` or ``SystemExit`` raised by ``fn`` propagates the same way
+            (the task is recorded interrupted, with that type); any other exception raised by
+            ``fn``, a `BaseException` included, is the task's failure, recorded with its type.
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {fn!r}")
-    for name, value in (("retries", retries), ("max_interruptions", max_interruptions)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    limits = Limits(retries, max_interruptions)
     if execution == "serial" and (device_groups is not None or timeout is not None):
         raise ValueError(
             "device_groups and timeout need worker processes, which execution='serial' does not "
@@ -98,8 +101,12 @@ def checkpointed_map(
                                **scheduler_options)
     if not commit_interval >= 0:
         raise ValueError(f"commit_interval must be >= 0 seconds, got {commit_interval!r}")
+    if resume:
+        done = nothing_to_run(ledger_path, prepared)
+        if done is not None:
+            return done
     ledger = Ledger(ledger_path, min_interval=commit_interval)
-    run = _Run(fn, prepared, ledger, scheduler, retries, max_interruptions, progress)
+    run = _Run(fn, prepared, ledger, scheduler, limits, progress)
     return run.go(resume)
 
 
@@ -107,19 +114,20 @@ class _Run:
     """One call of `checkpointed_map`: plans the tasks, dispatches them, records outcomes."""
 
     def __init__(self, fn, prepared: list[PreparedItem], ledger: Ledger, scheduler: Scheduler,
-                 retries: int, max_interruptions: int, progress):
+                 limits: Limits, progress):
         self.fn = fn
         self.prepared = {p.task_id: p for p in prepared}
         self.ledger = ledger
         self.scheduler = scheduler
-        self.retries = retries
-        self.max_interruptions = max_interruptions
+        self.limits = limits
         self.progress = progress
         self.cond = threading.Condition()
         self.queue: deque[Task] = deque()
         self.inflight: dict[str, Task] = {}  # submitted to the scheduler, no outcome yet
         self.running: set[str] = set()  # of those, the ones that started
-        self.tries: dict[str, int] = {}
+        self.tries: dict[str, int] = {}  # this run's attempts that ended in a result or error
+        self.lost: dict[str, int] = {}  # this run's attempts lost by the infrastructure
+        self.kept = 0
         self.refused: dict[str, list[dict[str, Any]]] = {}
         self.counts = {"accepted": 0, "failed": 0, "done": 0}
         self.begun = time.monotonic()
@@ -138,16 +146,20 @@ class _Run:
         ledger.close("finished")
         return Campaign.from_records(ledger.path, list(self.prepared), ledger.tasks, self.refused,
                                      ledger_writes=ledger.commits,
-                                     ledger_bytes_written=ledger.bytes_written)
+                                     ledger_bytes_written=ledger.bytes_written,
+                                     kept=self.kept, ran=len(self.tries.keys() | self.lost.keys()),
+                                     elapsed=time.monotonic() - self.begun)
 
     def _plan(self) -> None:
         planned = plan(self.ledger, list(self.prepared.values()))
         self.queue.extend(Task(p.task_id, p.item, 0) for p in planned.to_run)
         self.refused = planned.refused
-        self.counts["accepted"] = planned.kept
+        self.counts["accepted"] = self.kept = planned.kept
 
     def _dispatch(self) -> None:
         scheduler, cond, queue, inflight = self.scheduler, self.cond, self.queue, self.inflight
+        if not queue:
+            return  # nothing to run: no scheduler (no workers, no cluster) is started
         scheduler.start(self.fn, self._report)
         try:
             while True:
@@ -179,8 +191,7 @@ class _Run:
             for tid in list(self.inflight):
                 rec = self.ledger.tasks.get(tid)
                 if rec is not None and rec["status"] == RUNNING:
-                    self.ledger.put(tid, _records.finished(rec, INTERRUPTED,
-                                                           at=time.time(), error=why.as_dict()))
+                    self.ledger.put(tid, stopped(rec, at=time.time(), error=why))
             self.inflight.clear()
             self.running.clear()
         try:
@@ -228,29 +239,15 @@ class _Run:
             self.counts["done"] += 1
             self.counts["accepted"] += 1
             return
-        tries = self.tries[tid] = self.tries.get(tid, 0) + 1
-        at = {"at": out.ended, "began": out.started, "where": _where(out.placement)}
-        again = False
-        if out.kind is OutcomeKind.RESULT:
-            try:
-                stored = encode_result(out.result)
-            except ResultError as exc:
-                error = ErrorInfo("ResultError", str(exc))
-                new = _records.finished(rec, FAILED, error=error.as_dict(), **at)
-                again = tries <= self.retries
-            else:
-                new = _records.finished(rec, ACCEPTED, result=stored, **at)
-        elif out.kind is OutcomeKind.ERROR:
-            new = _records.finished(rec, FAILED, error=out.error.as_dict(), **at)
-            again = tries <= self.retries
+        tries, lost = self.tries.get(tid, 0), self.lost.get(tid, 0)
+        if out.kind is OutcomeKind.LOST:
+            lost = self.lost[tid] = lost + 1
         else:
-            new = _records.finished(rec, INTERRUPTED, error=out.error.as_dict(), **at)
-            again = new["interruptions"] <= self.max_interruptions
-            if not again:
-                new["status"] = FAILED
-                new["error"] = dict(new["error"], message=(
-                    f"lost {new['interruptions']} times (max_interruptions="
-                    f"{self.max_interruptions}); last cause: {out.error.message}"))
+            tries = self.tries[tid] = tries + 1
+        decision = settle(rec, out.kind, limits=self.limits, tries=tries, lost=lost,
+                          at=out.ended, began=out.started, where=_where(out.placement),
+                          result=out.result, error=out.error)
+        new, again = decision.record, decision.again
         self.ledger.put(tid, new)
         if again:
             self.queue.append(Task(tid, task.item, task.attempt + 1))

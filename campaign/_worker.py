@@ -21,14 +21,15 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-from schedulers import ErrorInfo
+from schedulers import ErrorInfo, OutcomeKind
 
 from . import _document, _records
-from ._array import WorkDir, merge_fragments, overlay, work_root
-from ._atomic import HOST
+from ._array import WorkDir, merge_fragments, overlay, task_key, work_root
+from ._atomic import HOST, atomic_write
 from ._errors import Interrupted, LedgerError
-from ._jsonvalue import decode, encode_result
-from ._status import ACCEPTED, FAILED, INTERRUPTED
+from ._jsonvalue import decode
+from ._policy import Limits, settle, stopped
+from ._status import ACCEPTED
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +67,14 @@ def run_worker(fn: Callable[[Any], Any], ledger: Path, submission: str, *,
                owner: dict[str, Any] | None = None, lease_seconds: float = 60.0,
                merge_every: float = 5.0, retries: int = 0, max_interruptions: int = 3,
                max_tasks: int | None = None) -> WorkerSummary:
-    """Claim and run the submission's tasks until none is left (or a signal stops us)."""
+    """Claim and run the submission's tasks until none is left (or a signal stops us).
+
+    Outcomes are recorded by the same policy as `checkpointed_map`'s (campaign/_policy.py); a
+    run is the submission: a task whose lease expired (its worker died) more than
+    ``max_interruptions`` times in this submission is recorded failed.
+    """
     ledger = Path(ledger)
+    limits = Limits(retries, max_interruptions)
     owner = owner or slurm_owner()
     try:
         task_ids = orjson.loads(task_list_path(ledger, submission).read_bytes())
@@ -95,10 +102,11 @@ def run_worker(fn: Callable[[Any], Any], ledger: Path, submission: str, *,
                     continue
                 rec = work.newest(tid, tasks[tid])
                 if "stolen_from" in lease:
-                    rec = _lost(tid, rec, lease["stolen_from"], work, owner)
+                    rec = _lost(tid, rec, lease, work, owner, limits, summary)
+                    if rec is None:
+                        continue
                 beat.lease = lease
-                tasks[tid] = _run_one(fn, rec, tid, work, owner, lease, summary, retries,
-                                      max_interruptions)
+                tasks[tid] = _run_one(fn, rec, tid, work, owner, lease, summary, limits)
                 beat.lease = None
                 if time.monotonic() - last_merge > merge_every:
                     _merge(ledger)
@@ -124,60 +132,80 @@ def _merge(ledger: Path) -> None:
         logger.warning("merging fragments into %s failed (%s); they stay for later", ledger, exc)
 
 
-def _lost(tid: str, rec: dict[str, Any], previous: dict[str, Any], work: WorkDir,
-          owner: dict[str, Any]) -> dict[str, Any]:
-    """The task's previous holder died (its lease expired): record that attempt interrupted."""
+def _lost(tid: str, rec: dict[str, Any], lease: dict[str, Any], work: WorkDir,
+          owner: dict[str, Any], limits: Limits, summary: WorkerSummary) -> dict[str, Any] | None:
+    """The task's previous holder died (its lease expired): record that attempt interrupted,
+    or failed once the task was lost more than ``max_interruptions`` times in this submission
+    (then the task is done and None is returned)."""
+    previous = lease["stolen_from"]
     at = time.time()
     begun = _records.started(rec, host=previous.get("host"), pid=previous.get("pid"),
                              worker=previous.get("worker"), device_group=None, at=at)
     error = ErrorInfo("WorkerLost", f"array worker {previous.get('worker')} on "
                       f"{previous.get('host')} stopped renewing its lease (killed, cancelled or "
                       "its node was lost)")
-    lost = _records.finished(begun, INTERRUPTED, at=at, error=error.as_dict())
-    work.write_fragment({tid: lost}, owner)
-    return lost
+    lost = lost_in_submission(work, tid) + 1
+    decision = settle(begun, OutcomeKind.LOST, limits=limits, tries=0, lost=lost, at=at,
+                      error=error)
+    work.write_fragment({tid: decision.record}, owner)
+    _count_lost(work, tid, lost)  # after the fragment: a crash in between never over-counts
+    if decision.again:
+        return decision.record
+    work.release(lease, done=True)
+    summary.failed += 1
+    return None
 
 
-def _run_one(fn, rec, tid, work, owner, lease, summary, retries, max_interruptions):
+def lost_in_submission(work: WorkDir, task_id: str) -> int:
+    """How many times this submission lost the task (its array worker died holding it)."""
+    try:
+        return int(orjson.loads((work.root / "lost" / task_key(task_id)).read_bytes()))
+    except (FileNotFoundError, orjson.JSONDecodeError, TypeError, ValueError):
+        return 0
+
+
+def _count_lost(work: WorkDir, task_id: str, lost: int) -> None:
+    folder = work.root / "lost"
+    folder.mkdir(exist_ok=True)
+    atomic_write(folder / task_key(task_id), orjson.dumps(lost))
+
+
+def _run_one(fn, rec, tid, work, owner, lease, summary, limits: Limits):
     where = {"host": owner["host"], "pid": owner["pid"], "worker": owner["worker"],
              "device_group": None}
-    if rec["interruptions"] > max_interruptions:
-        new = dict(rec, status=FAILED, error=ErrorInfo(
-            "WorkerLost", f"lost {rec['interruptions']} times (max_interruptions="
-                          f"{max_interruptions})").as_dict())
-        work.write_fragment({tid: new}, owner)
-        work.release(lease, done=True)
-        summary.failed += 1
-        return new
-    for attempt in range(retries + 1):
+    tries = 0
+    while True:
         begun = _records.started(rec, at=time.time(), **where)
         summary.ran += 1
+        tries += 1
         try:
             value = fn(decode(begun["item"]))
-            stored = encode_result(value)
         except Interrupted as exc:
-            new = _records.finished(begun, INTERRUPTED, at=time.time(), error=ErrorInfo(
-                "Interrupted", f"{exc}; the task was released for another worker").as_dict())
+            new = stopped(begun, at=time.time(), error=ErrorInfo(
+                "Interrupted", f"{exc}; the task was released for another worker"))
             work.write_fragment({tid: new}, owner)
             work.release(lease, done=False)
             summary.interrupted += 1
             raise
-        except Exception as exc:  # fn raised, or returned an invalid result
+        except Exception as exc:  # fn raised: drop this frame from the traceback
             info = ErrorInfo.from_exception(exc.with_traceback(
                 exc.__traceback__.tb_next if exc.__traceback__ else None))
-            rec = _records.finished(begun, FAILED, at=time.time(), error=info.as_dict())
-            if attempt < retries:
-                continue
-            work.write_fragment({tid: rec}, owner)
-            work.release(lease, done=True)
+            decision = settle(begun, OutcomeKind.ERROR, limits=limits, tries=tries, lost=0,
+                              at=time.time(), error=info)
+        else:
+            decision = settle(begun, OutcomeKind.RESULT, limits=limits, tries=tries, lost=0,
+                              at=time.time(), result=value)
+        rec = decision.record
+        if decision.again:
+            continue
+        work.write_fragment({tid: rec}, owner)
+        accepted = decision.status == ACCEPTED
+        work.release(lease, done=True, accepted=accepted)
+        if accepted:
+            summary.accepted += 1
+        else:
             summary.failed += 1
-            return rec
-        new = _records.finished(begun, ACCEPTED, at=time.time(), result=stored)
-        work.write_fragment({tid: new}, owner)
-        work.release(lease, done=True, accepted=True)
-        summary.accepted += 1
-        return new
-    raise AssertionError("unreachable")
+        return rec
 
 
 class _Heartbeat:
