@@ -61,6 +61,9 @@ class Campaign:
         refused: the task ids refused because their item changed.
         ledger_writes: how many times this run wrote the ledger (group commits).
         ledger_bytes_written: how many bytes those writes wrote.
+        kept: how many tasks were accepted in the ledger before this run and not run again.
+        ran: how many tasks this run ran (at least one attempt ended in this run).
+        elapsed: how long this run took, in seconds.
     """
 
     ledger_path: Path
@@ -71,11 +74,14 @@ class Campaign:
     refused: tuple[str, ...] = field(default=())
     ledger_writes: int = 0
     ledger_bytes_written: int = 0
+    kept: int = 0
+    ran: int = 0
+    elapsed: float = 0.0
 
     @classmethod
     def from_records(cls, ledger_path: Path, task_ids: list[str],
                      stored: dict[str, dict[str, Any]],
-                     refused: dict[str, list[dict[str, Any]]], **stats: int) -> Campaign:
+                     refused: dict[str, list[dict[str, Any]]], **stats: float) -> Campaign:
         results, failures = [], []
         for tid in task_ids:
             rec = stored.get(tid)
@@ -120,6 +126,13 @@ class Campaign:
     def complete(self) -> bool:
         """True when every task is accepted."""
         return len(self.results) == len(self.task_ids)
+
+    @property
+    def summary(self) -> str:
+        """What this run did: ``3 kept from the ledger, nothing to run`` or ``1 kept from the
+        ledger, 2 ran now`` (kept: accepted by an earlier run, not run again)."""
+        now = f"{self.ran} ran now" if self.ran else "nothing to run"
+        return f"{self.kept} kept from the ledger, {now}"
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in self.counts.items() if v)

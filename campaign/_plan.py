@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from . import _records
-from ._campaign import refused_message
+from . import _document, _records
+from ._array import overlay
+from ._campaign import Campaign, refused_message
 from ._items import PreparedItem
 from ._jsonvalue import changed_fields
 from ._ledger import Ledger
@@ -50,9 +54,39 @@ def plan(ledger: Ledger, prepared: list[PreparedItem]) -> Plan:
     ledger.put_many(new)
     ledger.order([p.task_id for p in prepared])
     ledger.set_run(total=len(prepared), refused=listed, refused_count=len(out.refused))
-    ledger.flush()
-    logger.info("campaign %s: %d tasks, %d accepted earlier, %d to run, %d refused",
-                ledger.path, len(prepared), out.kept, len(out.to_run), len(out.refused))
+    if out.to_run:  # the new tasks are durable before any of them starts
+        ledger.flush()
+    logger.info("%s", _kept_line(ledger.path, len(prepared), out.kept, len(out.to_run),
+                                 len(out.refused)))
     for tid, changed in list(out.refused.items())[:20]:
         logger.warning("%s", refused_message(tid, changed, str(ledger.path)))
     return out
+
+
+def nothing_to_run(path: str | os.PathLike[str], prepared: list[PreparedItem]) -> Campaign | None:
+    """The campaign as the ledger holds it when every item is accepted there with the same
+    fingerprint (a finished campaign resumed), else None.
+
+    Only reads the ledger (its array fragments included): nothing is written and no scheduler
+    is needed. Raises `LedgerError` for a ledger that is not valid (it is left untouched).
+    """
+    begun = time.monotonic()
+    path = Path(path)
+    if not path.exists():
+        return None
+    tasks = overlay(_document.read(path), path)["tasks"]
+    for p in prepared:
+        rec = tasks.get(p.task_id)
+        if rec is None or rec["status"] != ACCEPTED or rec["fingerprint"] != p.fingerprint:
+            return None
+    logger.info("%s", _kept_line(path, len(prepared), len(prepared), 0, 0))
+    return Campaign.from_records(path, [p.task_id for p in prepared], tasks, {},
+                                 kept=len(prepared), ran=0, elapsed=time.monotonic() - begun)
+
+
+def _kept_line(path: Any, total: int, kept: int, to_run: int, refused: int) -> str:
+    """What a run does, for the log: ``... 3 kept from the ledger (accepted earlier), 2 to run
+    now`` or ``... nothing to run``."""
+    now = f"{to_run} to run now" if to_run else "nothing to run"
+    return (f"campaign {path}: {total} tasks, {kept} kept from the ledger (accepted earlier), "
+            f"{now}" + (f", {refused} refused (item changed)" if refused else ""))

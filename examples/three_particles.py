@@ -80,7 +80,8 @@ def main(ledger_path: str = "three_particles.json") -> None:
     start = time.perf_counter()
     items = [{"task_id": name} for name in PARTICLES]
     campaign = checkpointed_map(fit_particle, items, ledger_path=ledger_path)
-    print(f"per-particle fits (checkpointed in {ledger_path}): {campaign}")
+    print(f"per-particle fits (checkpointed in {ledger_path}): {campaign}; {campaign.summary} "
+          f"in {campaign.elapsed:.1f} s")
     for task_id in campaign.task_ids:
         result = campaign.result(task_id)
         if result is not None:

@@ -54,8 +54,10 @@ def run_command(target: str, items: str | None, ledger: str | None, execution: s
     dict) returning a flat dict of results. Or give a spec file, SPEC.toml, naming the target,
     items, ledger and options (docs/cli.md); options given here override it.
 
-    Tasks already accepted in the ledger are not run again. Ctrl-C or SIGTERM stops the run
-    after recording the running tasks as interrupted; run the same command to resume.
+    Tasks already accepted in the ledger are not run again: the last line says how many were
+    kept from the ledger and how many ran now, or "nothing to run" (exit 0 when every task is
+    accepted). Ctrl-C or SIGTERM stops the run after recording the running tasks as
+    interrupted; run the same command to resume.
     """
     flags = {"items": items, "ledger": ledger, "execution": execution, "retries": retries,
              "max_interruptions": max_interruptions, "resume": resume, "id_field": id_field}
@@ -87,11 +89,11 @@ def run_command(target: str, items: str | None, ledger: str | None, execution: s
         return 128 + int(signum) if signum != signal.SIGINT else EXIT_SIGINT
     display.close()
     counts = camp.counts
-    elapsed = display.last.elapsed if display.last is not None else None
     parts = [f"{counts['accepted']}/{len(camp.task_ids)} accepted"]
     parts += [f"{counts[k]} {k}" for k in ("failed", "refused", "interrupted", "pending")
               if counts[k]]
-    click.echo(f"campaign: {', '.join(parts)} in {duration(elapsed)}; ledger {cfg.ledger}")
+    click.echo(f"campaign: {', '.join(parts)} in {duration(camp.elapsed)} ({camp.summary}); "
+               f"ledger {cfg.ledger}")
     if camp.complete:
         return EXIT_OK
     click.echo(f"campaign: see why with: campaign failures {shlex.quote(str(cfg.ledger))}",
