@@ -11,8 +11,9 @@ from ._events import ErrorInfo, Outcome, OutcomeKind, Placement, Started, Task
 class SerialScheduler(Scheduler):
     """Runs tasks in the calling process. `submit` returns after the task has finished.
 
-    ``KeyboardInterrupt`` and other non-``Exception`` errors raised by ``fn`` propagate to the
-    caller (the engine records the task interrupted); an ``Exception`` is the task's failure.
+    ``KeyboardInterrupt`` and ``SystemExit`` raised by ``fn`` propagate to the caller (the
+    engine records the task interrupted, with that type, and stops); any other exception,
+    a ``BaseException`` included, is the task's failure, reported with its type.
     """
 
     name = "serial"
@@ -30,7 +31,9 @@ class SerialScheduler(Scheduler):
         self.report(Started(task.task_id, task.attempt, where, begun))
         try:
             value = self.fn(task.item)
-        except Exception as exc:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
             exc = exc.with_traceback(exc.__traceback__.tb_next)  # drop this frame
             self.report(Outcome(task.task_id, task.attempt, OutcomeKind.ERROR, where, begun,
                                 time.time(), error=ErrorInfo.from_exception(exc)))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -19,8 +20,11 @@ def load_target(target: str, base: Path | None = None) -> Callable[..., Any]:
     """The function named by ``target``; raises `BadInput` with the import error if it fails.
 
     A file is imported by path, with its folder first on ``sys.path`` (so it can import its
-    neighbours). A module is imported by name, with ``base`` (the current folder, or the spec
-    file's folder) first on ``sys.path``. Relative file paths are relative to ``base``.
+    neighbours), as the module named like the file; a file named like another module
+    (``random.py``, ``json.py``, an installed package) is registered under a private name of
+    its own instead, and its functions are sent to worker processes by value. A module is
+    imported by name, with ``base`` (the current folder, or the spec file's folder) first on
+    ``sys.path``. Relative file paths are relative to ``base``.
     """
     where, sep, name = target.rpartition(":")
     if not sep or not where or not name:
@@ -55,10 +59,10 @@ def _import_file(target: str, path: Path) -> Any:
     if not path.is_file():
         raise BadInput(f"TARGET {target!r}: the file {path} does not exist; write TARGET as "
                        f"{_FORMS}")
+    name, private = _module_name(path)
     folder = str(path.parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    name = path.stem if path.stem.isidentifier() else "campaign_target"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise BadInput(f"TARGET {target!r}: cannot import {path} as a Python module")
@@ -71,7 +75,30 @@ def _import_file(target: str, path: Path) -> Any:
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise BadInput(f"TARGET {target!r}: importing {path} failed: {_explain(exc)}") from None
+    if private:  # workers cannot import it by this name: its functions travel by value
+        import cloudpickle
+
+        cloudpickle.register_pickle_by_value(module)
     return module
+
+
+def _module_name(path: Path) -> tuple[str, bool]:
+    """The name to import a target file as, and whether that name is a private one.
+
+    The file's own name (so that worker processes import it again by reference) unless that
+    name is taken: not an identifier, already imported (``random``), a standard-library module,
+    or found elsewhere on ``sys.path``; then a private name unique to the file's path.
+    """
+    stem = path.stem
+    if stem.isidentifier() and stem not in sys.modules and stem not in sys.stdlib_module_names:
+        try:
+            found = importlib.util.find_spec(stem)
+        except (ImportError, ValueError):
+            found = None
+        if found is None or (found.origin and Path(found.origin).resolve() == path):
+            return stem, False
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    return f"_campaign_target_{digest}", True
 
 
 def _import_module(target: str, dotted: str, base: Path) -> Any:
