@@ -1,40 +1,44 @@
 """Array workers (`campaign worker`) sharing one ledger by leases and fragments, run as real
 processes: all tasks accepted once, a SIGKILLed worker's task reclaimed after its lease expires,
-SIGUSR1/SIGTERM release the running task as interrupted."""
+SIGUSR1/SIGTERM release the running task as interrupted.
+
+A worker that must hold a task when the test kills or signals it runs one that never ends
+(``hang_in``), and workers that must all take part wait for each other (``together``): what the
+tests assert never depends on how fast the workers start."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from campaign import read_ledger
 from campaign._array import merge_fragments, work_root
 from campaign._submit import prepare_submission
-from testkit import PYTHON, ROOT, child_env
+from testkit import PYTHON, ROOT, child_env, wait_until
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 
 
-def setup(tmp_path: Path, n: int, sleep: float) -> tuple[Path, Path, str]:
+def setup(tmp_path: Path, n: int, sleep: float, **extra) -> tuple[Path, Path, str]:
     marks = tmp_path / "marks"
     marks.mkdir()
     ledger = tmp_path / "ledger.json"
     spec = tmp_path / "spec.toml"
     spec.write_text(f'target = "{TASK}:run"\nitems = "items.json"\nledger = "ledger.json"\n')
     (tmp_path / "items.json").write_text("[]")
-    items = [{"task_id": f"t{i:03d}", "x": i, "sleep": sleep, "marks": str(marks)}
+    items = [{"task_id": f"t{i:03d}", "x": i, "sleep": sleep, "marks": str(marks), **extra}
              for i in range(n)]
     sub = prepare_submission(items, ledger_path=ledger)
     assert len(sub.plan.to_run) == n
     return ledger, spec, sub.id
 
 
-def start_worker(spec: Path, submission: str, index: int, lease: float = 2.0) -> subprocess.Popen:
+def start_worker(spec: Path, submission: str, index: int, lease: float = 60.0) -> subprocess.Popen:
     env = dict(child_env(), SLURM_ARRAY_JOB_ID="777", SLURM_ARRAY_TASK_ID=str(index))
     return subprocess.Popen([PYTHON, "-m", "campaign._cli", "worker", str(spec), "--submission",
                              submission, "--lease-seconds", str(lease), "--merge-every", "0.5"],
@@ -49,6 +53,18 @@ def runs_of(marks: Path) -> dict[str, list[tuple[str, float]]]:
     return runs
 
 
+def began_a_task(marks: Path, worker: str = "") -> list[Path]:
+    """The start marks (of one worker's runs, if given)."""
+    return [m for m in marks.glob("*.start") if not worker or m.name.split(".")[1] == worker]
+
+
+def lease_of(ledger: Path, worker: str) -> dict:
+    """The lease a worker holds (exactly one)."""
+    leases = [orjson.loads(p.read_bytes()) for p in work_root(ledger).glob("leases/*.json")]
+    (held,) = [lease for lease in leases if lease["owner"]["worker"] == worker]
+    return held
+
+
 def finish(procs: list[subprocess.Popen]) -> None:
     for proc in procs:
         _, err = proc.communicate(timeout=120)
@@ -56,7 +72,7 @@ def finish(procs: list[subprocess.Popen]) -> None:
 
 
 def test_three_workers_share_a_submission(tmp_path):
-    ledger, spec, sid = setup(tmp_path, 120, 0.01)
+    ledger, spec, sid = setup(tmp_path, 120, 0.01, together=3)  # each waits for the others
     procs = [start_worker(spec, sid, i) for i in range(3)]
     finish(procs)
     tasks = read_ledger(ledger)["tasks"]
@@ -71,17 +87,14 @@ def test_three_workers_share_a_submission(tmp_path):
 
 
 def test_a_killed_workers_task_is_reclaimed_after_its_lease_expires(tmp_path):
-    ledger, spec, sid = setup(tmp_path, 40, 0.15)
-    victim = start_worker(spec, sid, 0, lease=1.5)
+    ledger, spec, sid = setup(tmp_path, 40, 0.01, hang_in="0")  # element 0 holds its task
     marks = tmp_path / "marks"
-    deadline = time.monotonic() + 30
-    while not any(m.name.split(".")[1] == "0" for m in marks.glob("*.start")):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    others = [start_worker(spec, sid, i, lease=1.5) for i in (1, 2)]
+    victim = start_worker(spec, sid, 0, lease=1.5)
+    wait_until(lambda: began_a_task(marks, "0"), "worker 0 to begin a task")
     victim.send_signal(signal.SIGKILL)
     victim.communicate()
-    finish(others)
+    expired = lease_of(ledger, "777_0")["expires"]  # dead: nobody renews or takes it yet
+    finish([start_worker(spec, sid, i, lease=1.5) for i in (1, 2)])
     tasks = read_ledger(ledger)["tasks"]
     assert all(rec["status"] == "accepted" for rec in tasks.values())
     lost = [tid for tid, rec in tasks.items() if rec["interruptions"]]
@@ -91,22 +104,18 @@ def test_a_killed_workers_task_is_reclaimed_after_its_lease_expires(tmp_path):
     assert "777_0" in rec["history"][-1]["error"]["message"] and rec["worker"] != "777_0"
     runs = runs_of(marks)
     assert sorted(w for w, _ in runs[lost[0]])[0] == "0" and len(runs[lost[0]]) == 2
-    # the reclaimed run began only after the lease had expired: never two holders at once
+    # the reclaimed run began only after the dead worker's lease had expired
     first, second = sorted(runs[lost[0]], key=lambda r: r[1])
-    assert second[1] - first[1] >= 1.5
+    assert first[0] == "0" and second[1] >= expired
 
 
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
 def test_a_signal_releases_the_running_task_as_interrupted(tmp_path, signum):
-    ledger, spec, sid = setup(tmp_path, 6, 0.5)
+    ledger, spec, sid = setup(tmp_path, 6, 0.01, hang_in="0")  # element 0 holds its task
     proc = start_worker(spec, sid, 0)
-    marks = tmp_path / "marks"
-    deadline = time.monotonic() + 30
-    while not list(marks.glob("*.start")):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(lambda: began_a_task(tmp_path / "marks"), "the worker to begin a task")
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and f"stopped by signal {int(signum)}" in err
     tasks = read_ledger(ledger)["tasks"]
     assert tasks["t000"]["status"] == "interrupted"
@@ -121,13 +130,9 @@ def test_a_signal_releases_the_running_task_as_interrupted(tmp_path, signum):
 def test_a_driver_is_refused_while_workers_hold_leases(tmp_path):
     from campaign import DriverBusyError, checkpointed_map
 
-    ledger, spec, sid = setup(tmp_path, 4, 1.0)
-    proc = start_worker(spec, sid, 0, lease=30)
-    marks = tmp_path / "marks"
-    deadline = time.monotonic() + 30
-    while not list(marks.glob("*.start")):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    ledger, spec, sid = setup(tmp_path, 4, 0.01, hang_in="0")  # element 0 holds its task
+    proc = start_worker(spec, sid, 0)
+    wait_until(lambda: began_a_task(tmp_path / "marks"), "the worker to begin a task")
     with pytest.raises(DriverBusyError, match="array worker"):
         checkpointed_map(lambda it: {}, [{"task_id": "t000"}], ledger_path=ledger)
     status = subprocess.run([PYTHON, "-m", "campaign._cli", "status", str(ledger)],
@@ -136,5 +141,5 @@ def test_a_driver_is_refused_while_workers_hold_leases(tmp_path):
     line = next(x for x in status.stdout.splitlines() if x.strip().startswith("t000"))
     assert "worker 777_0" in line  # which array element holds which task
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=30)
+    proc.communicate(timeout=120)
     assert os.path.exists(ledger)

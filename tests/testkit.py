@@ -1,4 +1,5 @@
-"""What the tests share: paths, child-process environments, and `require` for real components.
+"""What the tests share: paths, child-process environments, `require` for real components, and
+`wait_until` for a condition another process brings about.
 
 Imported by test modules as ``from testkit import ...`` (tests/conftest.py puts this folder on
 ``sys.path``), so that the conftest files of sub-folders never shadow it.
@@ -8,7 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -16,6 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Set by .ci/run: a test whose real component is missing fails instead of skipping.
 REQUIRE_ALL = os.environ.get("DIFFSOUP_REQUIRE_ALL") == "1"
 PYTHON = sys.executable
+T = TypeVar("T")
+#: How long `wait_until` waits by default: long enough for any loaded machine, so that only a
+#: hung test reaches it (a test asserts what happened, never how fast).
+PATIENCE = 120.0
 
 
 def require(condition: bool, reason: str) -> None:
@@ -32,3 +40,20 @@ def child_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def wait_until(check: Callable[[], T], what: str, *, timeout: float = PATIENCE,
+               interval: float = 0.01) -> T:
+    """Call ``check`` until it returns something true, and return that.
+
+    For conditions that another process brings about (a file appears, a ledger records a
+    task). The timeout only ends a hung test: it fails with ``what`` in the message.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            pytest.fail(f"still waiting after {timeout:.0f} s for {what}")
+        time.sleep(interval)
