@@ -12,9 +12,12 @@ from testkit import PYTHON, child_env
 
 WRITER = Path(__file__).with_name("concurrent_writer.py")
 N = 1000
+TURNS = 200  # writes each in turns; the other 300 each at once
 
 
 def test_two_processes_lose_no_update_in_1000_interleaved_writes(tmp_path):
+    """Two writers first take turns (each write merges the other's last one), then write at
+    once, as fast as they can: no update of either is lost."""
     path = tmp_path / "shared.json"
     ledger = Ledger(path)
     ledger.open(driver=False)
@@ -25,19 +28,30 @@ def test_two_processes_lose_no_update_in_1000_interleaved_writes(tmp_path):
     procs = [subprocess.Popen([PYTHON, str(WRITER), str(path), str(parity), str(N)],
                               env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True) for parity in (0, 1)]
-    for proc in procs:
-        assert proc.stdout.readline().strip() == "ready"
-    for proc in procs:
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    commits, merges = [], []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0
-        commits.append(int(out.split()[-2]))
-        merges.append(int(out.split()[-1]))
+    try:
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "ready"
+        for _ in range(TURNS):  # w0, w1, w0, ...: each write follows one of the other's
+            for proc in procs:
+                proc.stdin.write("turn\n")
+                proc.stdin.flush()
+                assert proc.stdout.readline().strip() == "wrote"
+        for proc in procs:
+            proc.stdin.write("free\n")
+            proc.stdin.flush()
+        commits, merges = [], []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=300)
+            assert proc.returncode == 0
+            commits.append(int(out.split()[-2]))
+            merges.append(int(out.split()[-1]))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
     assert sum(commits) >= N, commits  # every update was its own write
-    assert min(merges) >= 50, merges  # the writes really interleaved
+    # every turn after the first found the other writer's write on disk, and merged it
+    assert min(merges) >= TURNS - 1, merges
 
     tasks = read_ledger(path)["tasks"]
     assert len(tasks) == N
