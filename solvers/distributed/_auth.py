@@ -87,7 +87,7 @@ def job_secret(env: Mapping[str, str], launch: str) -> bytes:
     if value is None and env.get(SECRET_FILE):
         value, origin = _from_file(env[SECRET_FILE]), f"the file {SECRET_FILE}={env[SECRET_FILE]}"
     if value is None:
-        raise ValueError(f"distributed.run() over TCP on a {launch} needs the job's secret, so "
+        raise ValueError(f"distributed.run() over TCP in {launch} needs the job's secret, so "
                          f"that no other process can join it, but neither {SECRET} nor "
                          f"{SECRET_FILE} is set; give every process the same one: {_HOW}")
     if len(value) < MIN_LENGTH:

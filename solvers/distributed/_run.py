@@ -40,6 +40,12 @@ def _launch() -> Launch:
     return state if state is not None and state.multi else detect(os.environ)
 
 
+#: What each launch is called in the error for a missing secret.
+_KINDS = {"slurm": "an srun step", "mpi": "an mpirun job without mpi4py",
+          "launcher": "a job with the launcher's variables",
+          "arguments": "a job joined by initialize() arguments"}
+
+
 def _transport(launch: Launch, connect_timeout: float) -> Transport:
     if launch.source == "mpi" and mpi_available():
         return MpiTransport()
@@ -48,7 +54,8 @@ def _transport(launch: Launch, connect_timeout: float) -> Transport:
                          f"is not installed and {COORDINATOR} is not set; pip install mpi4py, "
                          f"or export {COORDINATOR}=<host of rank 0>:<free port> to every rank")
     host, port = parse_address(launch.coordinator, "the coordinator address")
-    secret = job_secret(os.environ, f"{launch.source} launch of {launch.num_processes} processes")
+    secret = job_secret(os.environ, f"{_KINDS.get(launch.source, launch.source)} of "
+                                    f"{launch.num_processes} processes")
     return TcpTransport(host, port + 1, launch.process_id, launch.num_processes, secret=secret,
                         nodes=nodes(os.environ), connect_timeout=connect_timeout)
 

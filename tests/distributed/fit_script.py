@@ -8,9 +8,11 @@ sees which process loaded what. Each process writes ``pid.<rank>``, and with ``-
 `distributed.initialize()` first and writes what it returned to ``launch.<rank>.json``. Process 0
 writes ``fit.json`` (``tr``, and ``newton`` with ``--newton``). With ``--repeat`` process 0 then
 writes ``ready`` and fits again and again (for a test that kills a worker meanwhile).
+Warnings (e.g. a refused connection) go to stderr.
 """
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -68,6 +70,7 @@ def summary(result):
 
 def main():
     out, flags = Path(sys.argv[1]), set(sys.argv[2:])
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     (out / "loads").mkdir(parents=True, exist_ok=True)
     (out / f"pid.{rank()}").write_text(str(os.getpid()))
     if "--init" in flags:
