@@ -166,3 +166,25 @@ def test_progress_bar_shows_counts(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "3/3" in proc.stderr and "3 ok, 0 failed, 0 running, 0 remaining" in proc.stderr
     assert "[campaign]" not in proc.stderr  # the bar, not plain lines
+
+
+def test_a_target_file_named_like_a_stdlib_module_works(tmp_path):
+    """random.py:fit is imported under a private name: the standard `random` module (which the
+    command and its libraries import) stays the real one, in the driver and in the workers.
+    (The console script, as users run it: ``python -m`` puts the current folder first on
+    ``sys.path`` by itself.)"""
+    (tmp_path / "random.py").write_text(textwrap.dedent("""
+        import sys
+
+        def fit(item):
+            return {"y": item["x"] * 2, "stdlib_random": hasattr(sys.modules["random"], "choice")}
+    """))
+    write_json_items(tmp_path / "items.json", 3)
+    for execution, ledger in (("serial", "s.json"), ("processes", "p.json")):
+        proc = subprocess.run([console_script(), "run", "random.py:fit", "--items", "items.json",
+                               "--ledger", ledger, "--execution", execution, "--progress", "off"],
+                              cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "3/3 accepted" in proc.stdout
+        results = [rec["result"] for rec in read_doc(tmp_path / ledger)["tasks"].values()]
+        assert results == [{"y": 2 * i, "stdlib_random": True} for i in range(3)]

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from campaign import (DriverBusyError, Interrupted, LedgerError, checkpointed_map, read_ledger)
+from campaign._records import new_record
 from schedulers import Outcome, OutcomeKind, Placement, Scheduler, Started
 from testkit import PYTHON, child_env
 
@@ -148,8 +149,10 @@ def test_results_are_checked_and_numpy_scalars_converted(ledger):
         (b"[1, 2]", ["not a campaign ledger"]),
         (b'{"format": "diffsoup-campaign-ledger", "version": 99, "runs": [], "tasks": {}}',
          ["version 99", "upgrade"]),
-        (b'{"format": "diffsoup-campaign-ledger", "version": 1, "runs": [], '
-         b'"tasks": {"a": {"status": "weird"}}}', ["'a'", "weird"]),
+        (json.dumps({"format": "diffsoup-campaign-ledger", "version": 1, "created": 1.0,
+                     "updated": 1.0, "runs": [], "tasks": {"a": dict(
+                         new_record({"task_id": "a", "x": 0}, "sha256:0"), status="weird")}}
+                    ).encode(), ["'a'", "weird"]),
     ],
 )
 def test_bad_ledgers_are_never_overwritten(ledger, content, words):
@@ -245,6 +248,23 @@ def test_exceptions_in_fn_do_not_escape_and_base_exceptions_do(ledger):
         checkpointed_map(fn, items_of(1), ledger_path=ledger)
     assert read_ledger(ledger)["tasks"]["t0"]["status"] == "interrupted"
     assert read_ledger(ledger)["runs"][-1]["status"] == "crashed"
+
+
+class Abort(BaseException):
+    """Not an Exception, and neither KeyboardInterrupt nor SystemExit."""
+
+
+def test_other_base_exceptions_in_fn_are_the_tasks_failure_with_their_type(ledger):
+    def fn(item):
+        if item["x"] == 1:
+            raise Abort("gave up")
+        return square(item)
+
+    camp = checkpointed_map(fn, items_of(3), ledger_path=ledger)
+    (failure,) = camp.failures
+    assert (failure.task_id, failure.error_type, failure.message) == ("t1", "Abort", "gave up")
+    assert "in fn" in failure.traceback
+    assert camp.counts["accepted"] == 2 and read_ledger(ledger)["runs"][-1]["status"] == "finished"
 
 
 def test_ledger_in_a_new_folder_and_progress(tmp_path):

@@ -18,6 +18,7 @@ def test_checkpointing_example_runs(tmp_path):
                           env=child_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "3 tasks: accepted=3" in proc.stdout
+    assert "0 kept from the ledger, 3 ran now" in proc.stdout
     for name, d, k in (("A", 0.5, 0.2), ("B", 1.0, 0.1), ("C", 0.3, 0.6)):
         line = next(x for x in proc.stdout.splitlines() if x.strip().startswith(f"{name}:"))
         fitted = dict(re.findall(r"(\w+) = (\S+?)[ ,]", line + " "))
@@ -51,3 +52,11 @@ def test_checkpointing_example_resumes_after_a_kill(tmp_path):
     assert after["A"] == before["A"]  # kept, not run again
     assert all(rec["status"] == "accepted" for rec in after.values())
     assert "accepted earlier" in proc.stderr
+    kept = sum(rec["status"] == "accepted" for rec in before.values())
+    assert f"{kept} kept from the ledger, {3 - kept} ran now" in proc.stdout  # it says so
+
+    again = subprocess.run([PYTHON, str(EXAMPLES / "checkpointing.py"), str(ledger)],
+                           env=child_env(), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "3 kept from the ledger, nothing to run" in again.stdout
+    assert read_ledger(ledger)["tasks"] == after  # nothing ran, nothing was written

@@ -20,9 +20,10 @@ def load_target(target: str, base: Path | None = None) -> Callable[..., Any]:
     """The function named by ``target``; raises `BadInput` with the import error if it fails.
 
     A file is imported by path, with its folder first on ``sys.path`` (so it can import its
-    neighbours), as the module named like the file; a file named like another module
+    neighbours), as the module named like the file. A file named like another module
     (``random.py``, ``json.py``, an installed package) is registered under a private name of
-    its own instead, and its functions are sent to worker processes by value. A module is
+    its own instead, its folder goes last on ``sys.path`` (so that it shadows that module
+    nowhere, worker processes included), and its functions are sent to workers by value. A module is
     imported by name, with ``base`` (the current folder, or the spec file's folder) first on
     ``sys.path``. Relative file paths are relative to ``base``.
     """
@@ -61,8 +62,8 @@ def _import_file(target: str, path: Path) -> Any:
                        f"{_FORMS}")
     name, private = _module_name(path)
     folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
+    if folder not in sys.path:  # after the others when first would shadow the module it is
+        sys.path.insert(len(sys.path) if private else 0, folder)  # named like, here and in workers
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise BadInput(f"TARGET {target!r}: cannot import {path} as a Python module")
