@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 @click.option("--retries", type=click.IntRange(min=0), metavar="N",
               help="Run a task that raised up to N more times in this run (default 0).")
 @click.option("--max-interruptions", type=click.IntRange(min=0), metavar="N",
-              help="Run a task whose worker was lost up to N more times (default 3).")
+              help="Run a task whose worker was lost up to N more times in this run "
+                   "(default 3).")
 @click.option("--resume/--no-resume", default=None,
               help="Keep the accepted tasks of an existing ledger and run the others (default); "
                    "--no-resume starts over, keeping the old ledger beside as a .replaced- file.")
