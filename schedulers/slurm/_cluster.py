@@ -241,20 +241,36 @@ def worker_lifetime(walltime: float, margin: float | str | None
     return float(walltime - margin / 2), margin / 4, margin / 2
 
 
-def default_prologue() -> list[str]:
+def default_prologue(*, prefix: str | os.PathLike[str] | None = None,
+                     base_prefix: str | os.PathLike[str] | None = None,
+                     exec_prefix: str | os.PathLike[str] | None = None,
+                     executable: str | os.PathLike[str] | None = None,
+                     path: Sequence[str] | None = None) -> list[str]:
     """The shell lines that give a worker job the driver's Python environment: its Python first
     on ``PATH`` (or its virtual environment activated), and the folders it imports from that
     are not part of that Python (a script's folder, ``PYTHONPATH``, a target file's folder)
-    first on ``PYTHONPATH``."""
-    prefix = Path(sys.prefix)
+    first on ``PYTHONPATH``.
+
+    Args:
+        prefix, base_prefix, exec_prefix, executable, path: the Python environment to give
+            the workers; each defaults to this interpreter's (``sys.prefix``,
+            ``sys.base_prefix``, ``sys.exec_prefix``, ``sys.executable``, ``sys.path``). A
+            virtual environment is one whose ``prefix`` differs from its ``base_prefix`` and
+            that has ``bin/activate``.
+    """
+    prefix = Path(sys.prefix if prefix is None else prefix)
+    base_prefix = Path(sys.base_prefix if base_prefix is None else base_prefix)
+    exec_prefix = Path(sys.exec_prefix if exec_prefix is None else exec_prefix)
+    executable = Path(sys.executable if executable is None else executable)
+    path = sys.path if path is None else path
     activate = prefix / "bin" / "activate"
-    if sys.prefix != sys.base_prefix and activate.exists():
+    if prefix != base_prefix and activate.exists():
         lines = [f"source {shlex.quote(str(activate))}"]
     else:
-        lines = [f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"']
-    own = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+        lines = [f'export PATH={shlex.quote(str(executable.parent))}:"$PATH"']
+    own = tuple(str(p.resolve()) for p in {prefix, base_prefix, exec_prefix})
     extra: list[str] = []
-    for entry in sys.path:
+    for entry in path:
         if not entry or not os.path.isdir(entry):
             continue
         folder = str(Path(entry).resolve())
