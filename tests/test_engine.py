@@ -18,7 +18,7 @@ import pytest
 from campaign import (DriverBusyError, Interrupted, LedgerError, checkpointed_map, read_ledger)
 from campaign._records import new_record
 from schedulers import Outcome, OutcomeKind, Placement, Scheduler, Started
-from testkit import PYTHON, child_env
+from testkit import PATIENCE, PYTHON, child_env, wait_until
 
 
 def square(item):
@@ -183,8 +183,8 @@ def test_a_second_driver_in_another_process_is_refused(ledger, tmp_path):
         from campaign import checkpointed_map
         def fn(item):
             print("started", flush=True)
-            time.sleep(30)
-            return {{}}
+            while True:  # until the test kills this driver
+                time.sleep(3600)
         checkpointed_map(fn, [{{"task_id": "a"}}], ledger_path={str(ledger)!r})
     """))
     proc = subprocess.Popen([PYTHON, str(script)], env=child_env(), stdout=subprocess.PIPE,
@@ -193,10 +193,8 @@ def test_a_second_driver_in_another_process_is_refused(ledger, tmp_path):
         assert proc.stdout.readline().strip() == "started"
         with pytest.raises(DriverBusyError, match=f"pid {proc.pid}"):
             checkpointed_map(square, items_of(1), ledger_path=ledger)
-        deadline = time.monotonic() + 10
-        while read_ledger(ledger)["tasks"]["a"]["status"] != "running":  # group commit: soon
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: read_ledger(ledger)["tasks"]["a"]["status"] == "running",
+                   "the running task to reach the ledger (group commit)")
     finally:
         proc.kill()
         proc.wait()
@@ -287,15 +285,21 @@ def test_history_is_bounded(ledger):
 
 class LearningScheduler(Scheduler):
     """Runs tasks one by one in a thread; takes more tasks at once after its first outcome
-    (as the dask scheduler does once it has measured how long tasks take)."""
+    (as the dask scheduler does once it has measured how long tasks take).
+
+    Before each task it waits until the engine has filled its slots again (as many tasks as
+    slots, or every task left): ``starved`` counts the times the engine did not, within a
+    patience that only a hung engine exhausts.
+    """
 
     name = "learning"
+    total = 60
 
     def __init__(self):
         self.waiting: deque = deque()
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         self.finished = 0
-        self.starved = 0  # times the thread found nothing to run while the run went on
+        self.starved = 0
 
     @property
     def slots(self) -> int:
@@ -310,31 +314,42 @@ class LearningScheduler(Scheduler):
     def submit(self, task):
         with self.lock:
             self.waiting.append(task)
+            self.lock.notify()
+
+    def _filled(self) -> bool:
+        return self.stopping or len(self.waiting) >= min(self.slots, self.total - self.finished)
 
     def _run(self):
-        while not self.stopping:
+        while True:
             with self.lock:
-                task = self.waiting.popleft() if self.waiting else None
-            if task is None:
-                if 0 < self.finished < 60:
+                if self.finished == self.total:
+                    self.lock.wait_for(lambda: self.stopping)
+                    return
+                if not self.lock.wait_for(self._filled, timeout=0 if self.starved else PATIENCE):
                     self.starved += 1
-                time.sleep(0.001)
-                continue
+                    self.lock.wait_for(lambda: self.stopping or self.waiting)
+                if self.stopping:
+                    return
+                task = self.waiting.popleft()
             now = time.time()
             self.report(Started(task.task_id, task.attempt, Placement.here(), now))
-            time.sleep(0.01)
-            self.report(Outcome(task.task_id, task.attempt, OutcomeKind.RESULT,
-                                Placement.here(), now, time.time(), result=self.fn(task.item)))
-            self.finished += 1
+            outcome = Outcome(task.task_id, task.attempt, OutcomeKind.RESULT, Placement.here(),
+                              now, time.time(), result=self.fn(task.item))
+            with self.lock:
+                self.finished += 1  # the slots grow before the engine hears of the outcome
+            self.report(outcome)
 
     def stop(self):
-        self.stopping = True
+        with self.lock:
+            self.stopping = True
+            self.lock.notify()
         self.thread.join()
 
 
 def test_the_engine_follows_a_scheduler_whose_slots_grow(ledger):
     """Submitting again once in-flight tasks fall under the slots of now, not of the start."""
     scheduler = LearningScheduler()
-    camp = checkpointed_map(square, items_of(60), ledger_path=ledger, execution=scheduler)
+    camp = checkpointed_map(square, items_of(LearningScheduler.total), ledger_path=ledger,
+                            execution=scheduler)
     assert camp.complete
-    assert scheduler.starved <= 3  # refilled as tasks finish, not once all 8 are done
+    assert scheduler.starved == 0  # refilled as tasks finish, not once all 8 are done
