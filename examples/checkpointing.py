@@ -65,7 +65,7 @@ def main(ledger_path: str = "particles.json") -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     items = [{"task_id": "A"}, {"task_id": "B"}, {"task_id": "C"}]
     campaign = checkpointed_map(fit_particle, items, ledger_path=ledger_path)
-    print(f"{campaign}: {campaign.summary} in {campaign.elapsed:.1f} s")
+    print(f"{campaign}: {campaign.summary} ({campaign.elapsed:.1f} s)")
     for task_id in campaign.task_ids:
         result = campaign.result(task_id)
         if result is not None:

@@ -81,7 +81,7 @@ def main(ledger_path: str = "three_particles.json") -> None:
     items = [{"task_id": name} for name in PARTICLES]
     campaign = checkpointed_map(fit_particle, items, ledger_path=ledger_path)
     print(f"per-particle fits (checkpointed in {ledger_path}): {campaign}; {campaign.summary} "
-          f"in {campaign.elapsed:.1f} s")
+          f"({campaign.elapsed:.1f} s)")
     for task_id in campaign.task_ids:
         result = campaign.result(task_id)
         if result is not None:
