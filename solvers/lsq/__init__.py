@@ -5,7 +5,9 @@ then solved without gathering the matrix in one process.
 ``campaign.checkpointed_map`` on any scheduler): it computes one item's rows ``(A, y, weights)``,
 writes them atomically as an ``.npy`` file and returns their checksum and shape as the task's
 result. ``BlockStore.system(campaign)`` reads the blocks back lazily, checking each checksum, and
-`solve` fits them by normal equations, TSQR or LSQR, block by block or on dask workers.
+`solve` fits them by normal equations, TSQR or LSQR, block by block or on dask workers;
+``solve(A, b)`` fits arrays in memory through the same code. A rank-deficient, unconverged or
+poorly conditioned answer is flagged on its `Solution` and logged as a warning.
 """
 
 from ._block import Block as Block

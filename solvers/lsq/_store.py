@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,14 +28,16 @@ class BlockStore:
     """A folder of row blocks of one least-squares system, one ``.npy`` file per task.
 
     Args:
-        path: the folder (created when the first block is written); put it beside the campaign
-            ledger, e.g. ``"fit.json.blocks"``, on a file system the workers share.
+        path: the folder, a ``str`` or any ``os.PathLike`` (created when the first block is
+            written); put it beside the campaign ledger, e.g. ``"fit.json.blocks"``, on a file
+            system the workers share.
         group_names: names of the row groups that rows functions return as integer codes
             (``("energy", "force")`` for codes 0 and 1); residual statistics are reported per
             name. Without it, groups are named by their code (``"0"``, ``"1"``).
     """
 
-    def __init__(self, path: str | Path, *, group_names: Sequence[str] | None = None):
+    def __init__(self, path: str | os.PathLike[str], *,
+                 group_names: Sequence[str] | None = None):
         self.path = Path(path).resolve()
         self.group_names = None if group_names is None else tuple(str(g) for g in group_names)
 
