@@ -179,13 +179,15 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def kill_the_driver_three_times(tmp_path: Path, ledger: Path, item: dict) -> None:
-    """Three real driver processes running ``item``, each SIGKILLed while it runs the task."""
+def kill_the_driver_three_times(tmp_path: Path, ledger: Path, item: dict,
+                                signum: int = signal.SIGKILL) -> None:
+    """Three real driver processes running ``item``, each sent ``signum`` while it runs the
+    task (SIGKILL: the next driver takes its task over; SIGINT: Ctrl-C)."""
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     for n in range(1, 4):
         proc = subprocess.Popen([PYTHON, str(script), str(ledger), json.dumps(item)],
-                                env=child_env())
+                                env=child_env(), stderr=subprocess.DEVNULL)
         try:
             def running() -> bool:
                 if not ledger.exists():
@@ -194,20 +196,22 @@ def kill_the_driver_three_times(tmp_path: Path, ledger: Path, item: dict) -> Non
                 return rec is not None and rec["status"] == "running" and rec["attempts"] == n
             wait_until(running, f"driver {n} to record the task running")
         finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
+            proc.send_signal(signum)
+            proc.wait(timeout=60)
 
 
-def test_three_driver_kills_then_one_lost_worker_retries_the_task(tmp_path):
+@pytest.mark.parametrize("signum, cause", [(signal.SIGKILL, "DriverLost"),
+                                           (signal.SIGINT, "KeyboardInterrupt")])
+def test_three_driver_kills_then_one_lost_worker_retries_the_task(tmp_path, signum, cause):
     ledger, item = tmp_path / "l.json", {"task_id": "t0", "marker": str(tmp_path / "killed")}
-    kill_the_driver_three_times(tmp_path, ledger, item)
+    kill_the_driver_three_times(tmp_path, ledger, item, signum)
     camp = checkpointed_map(kill_my_worker_once, [item], ledger_path=ledger,
                             execution="processes", workers=1)
     rec = camp.records["t0"]
     assert camp.complete and rec["status"] == "accepted", rec["error"]
     assert rec["attempts"] == 5 and rec["interruptions"] == 4  # every interruption on record
     causes = [h["error"]["type"] for h in rec["history"]]
-    assert causes == ["DriverLost", "DriverLost", "DriverLost", "WorkerLost"]
+    assert causes == [cause, cause, cause, "WorkerLost"]
 
 
 def test_three_driver_kills_then_one_lost_array_worker_retries_the_task(tmp_path):
@@ -236,3 +240,34 @@ def test_three_driver_kills_then_one_lost_array_worker_retries_the_task(tmp_path
     rec = read_ledger(ledger)["tasks"]["t0"]
     assert rec["status"] == "accepted" and rec["interruptions"] == 4
     assert [h["error"]["type"] for h in rec["history"]][-1] == "WorkerLost"
+
+
+def test_signal_stops_of_array_workers_are_not_counted(tmp_path):
+    """Two array workers stopped by SIGTERM (scancel, the time limit), one SIGKILLed: with
+    max_interruptions=1 the task still runs again (one loss in this submission)."""
+    ledger, marks = tmp_path / "l.json", tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "hang.py").write_text(HANG)
+    spec = tmp_path / "spec.toml"
+    spec.write_text('target = "hang.py:run"\nitems = "items.json"\nledger = "l.json"\n')
+    (tmp_path / "items.json").write_text("[]")
+    sub = prepare_submission([{"task_id": "t0", "marks": str(marks)}], ledger_path=ledger)
+    for index, signum in enumerate((signal.SIGTERM, signal.SIGTERM, signal.SIGKILL)):
+        env = dict(child_env(), SLURM_ARRAY_JOB_ID="902", SLURM_ARRAY_TASK_ID=str(index))
+        proc = subprocess.Popen([PYTHON, "-m", "campaign._cli", "worker", str(spec),
+                                 "--submission", sub.id, "--lease-seconds", "1",
+                                 "--merge-every", "0"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: len(list(marks.glob("*.start"))) == index + 1,
+                       f"array worker {index} to start the task")
+        finally:
+            proc.send_signal(signum)
+            proc.wait(timeout=60)
+    summary = run_worker(lambda item: {"ok": True}, ledger, sub.id, owner=_owner("in-test"),
+                         lease_seconds=1, merge_every=0, max_interruptions=1)
+    assert summary.accepted == 1
+    rec = read_ledger(ledger)["tasks"]["t0"]
+    assert rec["status"] == "accepted" and rec["interruptions"] == 3
+    causes = [h["error"]["type"] for h in rec["history"]]
+    assert causes == ["Interrupted", "Interrupted", "WorkerLost"]
