@@ -148,7 +148,7 @@ class _Door:
     def admit(self) -> None:
         try:
             conn, addr = self.server.accept()
-        except (BlockingIOError, InterruptedError):
+        except OSError:  # nothing to accept after all, or a connection aborted at once
             return
         message, nonce = challenge()
         try:
@@ -219,8 +219,10 @@ class _Door:
         return self.peers
 
     def close(self, keep: bool) -> None:
+        """Stop listening; ``keep`` the authenticated workers (else close them too)."""
+        why = "every process had joined" if keep else "process 0 stopped waiting"
         for conn in list(self.pending):
-            self.drop(conn, "it was still in its handshake when every process had joined")
+            self.drop(conn, f"it was still in its handshake when {why}")
         if not keep:
             for conn in self.peers.values():
                 conn.close()

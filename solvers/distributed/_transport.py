@@ -3,7 +3,8 @@
 Process 0 (the manager) sends every other process (a worker) the same message and gathers one
 reply from each; a worker receives and replies. Messages are pickled Python objects (tuples of
 NumPy arrays). Two implementations: `TcpTransport` (sockets to process 0, for our launcher and
-``srun``) and `MpiTransport` (mpi4py, for ``mpirun``).
+``srun``; each connection proves the job's secret both ways before any pickle is read) and
+`MpiTransport` (mpi4py, for ``mpirun``).
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@
 
 Each process gets ``DIFFSOUP_COORDINATOR=127.0.0.1:<free port>`` (the next port is free too, for
 `run`), ``DIFFSOUP_NUM_PROCESSES=K``, ``DIFFSOUP_PROCESS_ID=i`` and ``DIFFSOUP_SECRET``, a fresh
-random secret of this launch (64 hex digits) that `run`'s processes prove to each other. SIGINT and SIGTERM are passed
-on to every process. The launcher exits with the first failing process's code (128 + signal for
-one killed by a signal) after ending the others, or 0 when all succeed.
+random secret of this launch (64 hex digits) that `run`'s processes prove to each other.
+SIGINT and SIGTERM are passed on to every process. The launcher exits with the first failing
+process's code (128 + signal for one killed by a signal) after ending the others, or 0 when all
+succeed.
 """
 
 from __future__ import annotations

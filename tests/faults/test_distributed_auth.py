@@ -34,7 +34,8 @@ from solvers.distributed import _auth  # noqa: E402
 ATTACKER = r"""
 import json, pickle, socket, sys, time
 from pathlib import Path
-host, port, marker, out, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), sys.argv[5]
+host, port, marker, out, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), \
+    sys.argv[5]
 
 class Touch:
     def __reduce__(self):
