@@ -2,13 +2,18 @@
 
     python benchmarks/lsq.py [--rows 100000] [--cols 1000] [--memory-gb 2] [--repeats 3]
                              [--memory-cols 500] [--memory-iterations 15]
-                             [--only assembly,solve,memory]
+                             [--only nist,assembly,solve,memory]
 
 Prints ``name: value`` lines:
+- nist: digits (LRE, the log relative error against NIST's certified coefficients) of each
+  method and of ``numpy.linalg.lstsq`` on the eleven NIST StRD linear datasets
+  (tests/reference/data/nist-linear/), as a table; ``!`` marks a solution that carries a
+  warning (rank deficiency, no convergence, few trusted digits), ``refused`` a LinAlgError.
 - assembly: a CPU-bound rows function assembled by checkpointed_map on a dask LocalCluster of 1
   and of 2 workers (clusters started beforehand; medians of ``--repeats``); the speedup.
 - solve: each solver (normal, qr, lsqr; blocks streamed from disk through this process) on a
-  ``--rows`` x ``--cols`` system against ``numpy.linalg.lstsq`` on the same matrix in memory.
+  ``--rows`` x ``--cols`` system against ``numpy.linalg.lstsq`` on the same matrix in memory;
+  qr also without its default step of iterative refinement.
 - memory: a ``--memory-gb`` GB matrix written as blocks by one process; then, for each solver,
   a fresh driver process solves it and reports its peak RSS (VmHWM), absolute and above
   what it had before the solve (an upper bound), against the size of the matrix.
@@ -34,6 +39,8 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(ROOT / "tests" / "reference"))
 
 from solvers.lsq import METHODS, BlockStore, solve  # noqa: E402
 
@@ -65,6 +72,35 @@ def timed(fn, repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - begun)
     return statistics.median(times)
+
+
+def nist_cell(dataset, method: str, **options) -> str:
+    """The digits of one method on one dataset, marked when the solution warns."""
+    import nist_linear
+
+    try:
+        sol = solve(dataset.A, dataset.y, method=method, **options)
+    except np.linalg.LinAlgError:
+        return "refused"
+    digits = nist_linear.lre(sol.coefficients, dataset.coefficients)
+    return f"{digits:.1f}{' !' if sol.warnings else ''}"
+
+
+def bench_nist() -> None:
+    import logging
+
+    import nist_linear
+
+    logging.getLogger("solvers.lsq").setLevel(logging.ERROR)  # the table marks warnings
+    columns = {"qr": {}, "qr refine=0": {"refine": 0}, "normal": {}, "lsqr": {}}
+    print("nist_digits (LRE vs certified coefficients; ! = the solution warns):")
+    print("| dataset | " + " | ".join(columns) + " | numpy.linalg.lstsq |")
+    print("|---" * (len(columns) + 2) + "|")
+    for name in nist_linear.NAMES:
+        d = nist_linear.load(name)
+        cells = [nist_cell(d, m.split()[0], **opts) for m, opts in columns.items()]
+        base = nist_linear.lre(np.linalg.lstsq(d.A, d.y, rcond=None)[0], d.coefficients)
+        print(f"| {name} | " + " | ".join(cells) + f" | {base:.1f} |")
 
 
 def bench_assembly(folder: Path, repeats: int) -> None:
@@ -122,6 +158,8 @@ def bench_solve(folder: Path, rows: int, cols: int, repeats: int) -> None:
         print(f"solve_{method}_s: {t:.2f}")
         print(f"solve_{method}_vs_lstsq_time_ratio: {t / base:.3f}")
         print(f"solve_{method}_rel_diff_to_lstsq: {err:.1e}")
+    t = timed(lambda: solve(system, "qr", diagnostics=False, refine=0), repeats)
+    print(f"solve_qr_without_refinement_s: {t:.2f}")
 
 
 def bench_memory(folder: Path, gb: float, cols: int, iterations: int) -> None:
@@ -193,11 +231,13 @@ def main() -> None:
     p.add_argument("--memory-iterations", type=int, default=15,
                    help="LSQR iterations in the memory part (each reads the matrix twice)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--only", default="assembly,solve,memory")
+    p.add_argument("--only", default="nist,assembly,solve,memory")
     args = p.parse_args()
     parts = set(args.only.split(","))
     with tempfile.TemporaryDirectory(prefix="lsq-bench-") as tmp:
         folder = Path(tmp)
+        if "nist" in parts:
+            bench_nist()
         if "assembly" in parts:
             bench_assembly(folder, args.repeats)
         if "solve" in parts:
