@@ -53,7 +53,7 @@ def test_failures_exit_1_then_a_fixed_item_reruns_after_forget(tmp_path):
 
 def test_sigint_mid_run_records_the_interruption_and_resume_finishes(tmp_path):
     write_model(tmp_path)
-    write_json_items(tmp_path / "items.json", 12, sleep=0.2)
+    write_json_items(tmp_path / "items.json", 12, hold_from=2)  # t2 waits for the file "hold"
     ledger = tmp_path / "runs.json"
     args = ("run", "model.py:fit", "--items", "items.json", "--ledger", "runs.json",
             "--progress-interval", "0")
@@ -70,7 +70,7 @@ def test_sigint_mid_run_records_the_interruption_and_resume_finishes(tmp_path):
         busy = campaign(*args, cwd=tmp_path)
         assert busy.returncode == 2 and "in use by a live campaign driver" in busy.stderr
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
     assert proc.returncode == 130, err
@@ -78,9 +78,9 @@ def test_sigint_mid_run_records_the_interruption_and_resume_finishes(tmp_path):
     doc = read_doc(ledger)
     assert doc["runs"][-1]["status"] == "interrupted"
     found = [rec["status"] for rec in doc["tasks"].values()]
-    assert "running" not in found and found.count("interrupted") == 1
-    assert 2 <= found.count("accepted") < 12
+    assert found == ["accepted"] * 2 + ["interrupted"] + ["pending"] * 9
     done_before = {t for t, s in statuses(ledger).items() if s == "accepted"}
+    (tmp_path / "hold").touch()
     resumed = campaign(*args[:-2], "--progress", "off", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     doc = read_doc(ledger)
@@ -90,22 +90,21 @@ def test_sigint_mid_run_records_the_interruption_and_resume_finishes(tmp_path):
 
 def test_sigterm_mid_run_exits_143_after_writing_the_ledger(tmp_path):
     write_model(tmp_path)
-    write_json_items(tmp_path / "items.json", 10, sleep=0.2)
+    write_json_items(tmp_path / "items.json", 10, hold_from=1)  # t1 waits for the file "hold"
     ledger = tmp_path / "runs.json"
     proc = start("run", "model.py:fit", "--items", "items.json", "--ledger", "runs.json",
                  "--no-resume", cwd=tmp_path)
     try:
         wait_for(lambda: accepted_count(ledger) >= 1, what="an accepted task")
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
     assert proc.returncode == 143, err
     assert "stopped by SIGTERM" in err
     # the resume command drops --no-resume, which would start over
     assert "Resume with: campaign run model.py:fit --items items.json --ledger runs.json\n" in err
-    assert "running" not in statuses(ledger).values()
-    assert "interrupted" in statuses(ledger).values()
+    assert list(statuses(ledger).values()) == ["accepted", "interrupted"] + ["pending"] * 8
 
 
 def test_spec_file_with_relative_paths_and_overrides(tmp_path):

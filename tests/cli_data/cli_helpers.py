@@ -14,12 +14,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: A target module: doubles x; raises when the item says ``fail``; sleeps ``sleep`` seconds.
+#: A target module: doubles x; raises when the item says ``fail``; sleeps ``sleep`` seconds;
+#: first waits until the file ``hold`` exists, if given (a test stops the run meanwhile).
 MODEL = textwrap.dedent('''
     import math
+    import os
     import time
 
     def fit(item):
+        while item.get("hold") and not os.path.exists(item["hold"]):
+            time.sleep(0.01)
         time.sleep(item.get("sleep") or 0)
         if item.get("fail"):
             raise ValueError(f"task {item['task_id']} diverged")
@@ -68,8 +72,13 @@ def write_model(folder: Path) -> Path:
     return path
 
 
-def write_json_items(path: Path, n: int, **extra: Any) -> Path:
-    path.write_text(json.dumps([{"task_id": f"t{i}", "x": i, **extra} for i in range(n)]))
+def write_json_items(path: Path, n: int, *, hold_from: int | None = None, **extra: Any) -> Path:
+    """Items t0 ... t<n-1>; those from ``hold_from`` on wait for the file ``hold`` beside."""
+    hold = str(path.with_name("hold"))
+    path.write_text(json.dumps([
+        {"task_id": f"t{i}", "x": i, **extra,
+         **({"hold": hold} if hold_from is not None and i >= hold_from else {})}
+        for i in range(n)]))
     return path
 
 
@@ -81,7 +90,7 @@ def statuses(path: Path) -> dict[str, str]:
     return {tid: rec["status"] for tid, rec in read_doc(path)["tasks"].items()}
 
 
-def wait_for(predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
+def wait_for(predicate: Any, timeout: float = 120.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
