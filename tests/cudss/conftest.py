@@ -31,8 +31,9 @@ def fake_library(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
             "the cuDSS extension is not built: run `python setup.py build_ext --inplace`")
     path = compile_fake(tmp_path_factory.mktemp("fake") / "libcudss.so.1")
     ext = extension()
-    if ext.library is not None and ext.library != str(path):
-        pytest.skip(f"another libcudss is loaded in this process already ({ext.library})")
+    require(ext.library in (None, str(path)),
+            f"another libcudss is loaded in this process already ({ext.library}); run "
+            "tests/cudss in a process of its own")
     previous = os.environ.get("DIFFSOUP_CUDSS_LIBRARY")
     os.environ["DIFFSOUP_CUDSS_LIBRARY"] = str(path)
     try:
