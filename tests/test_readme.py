@@ -1,5 +1,6 @@
 """The README's two quick-start commands are the ones that work: CI runs the test command
-verbatim, and the main command's program exists (tests/test_examples.py runs it)."""
+verbatim, in a fresh virtual environment as a user does, and the main command's program exists
+(tests/test_examples.py runs it)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,11 @@ def test_quick_start_has_exactly_two_commands():
     assert test.startswith('pip install -e ".[test]" && ')
 
 
-def test_ci_runs_the_readme_test_command_verbatim():
+def test_ci_runs_the_readme_test_command_verbatim_in_a_fresh_venv():
     _, test = quick_start_commands()
     ci = (ROOT / ".ci" / "run").read_text()
-    assert f"{test} || status=$?" in ci
+    command = ci.index(f"{test} || status=$?")
+    made = re.search(r'^python3 -m venv "(\$\w+)/venv"$', ci, re.M)
+    assert made, "CI makes its own virtual environment"
+    activated = ci.index(f'source "{made.group(1)}/venv/bin/activate"')
+    assert made.start() < activated < command
