@@ -20,7 +20,7 @@ from .._compat import shard_map
 from ._lower import DATA, Plan
 from ._structure import BucketPlan
 
-__all__ = ["Totals", "evaluate"]
+__all__ = ["Totals", "evaluate", "jacobian_factor"]
 
 
 class Totals(NamedTuple):
@@ -32,18 +32,26 @@ class Totals(NamedTuple):
     hessian: jax.Array    # the exact Hessian of the cost when asked for, else J^T J
 
 
-def _experiment(bucket: BucketPlan, log: jax.Array, n: int, hessian: bool, x: jax.Array,
-                d: dict[str, Any]) -> Totals:
-    idx = d["index"]
-    log_e = log[idx]
+def _residual_fn(bucket: BucketPlan, log: jax.Array, d: dict[str, Any]):
+    """One experiment's weighted residuals as a function of its own fitted coordinates."""
+    log_e = log[d["index"]]
 
     def residuals(xe):
-        theta = jnp.where(log_e, jnp.exp(xe), xe)
+        # exp of 0 where linear: no inf in the discarded branch (nor in its derivatives)
+        theta = jnp.where(log_e, jnp.exp(jnp.where(log_e, xe, 0.0)), xe)
         params = {name: theta[i] for i, name in enumerate(bucket.names)}
         pred = bucket.flatten(bucket.model(params, d["conditions"], d["times"]))[d["obs"]]
         w = d["weights"]
         r = jnp.where(w > 0, w * (pred - d["values"]), 0.0)
         return r, r
+
+    return residuals
+
+
+def _experiment(bucket: BucketPlan, log: jax.Array, n: int, hessian: bool, x: jax.Array,
+                d: dict[str, Any]) -> Totals:
+    idx = d["index"]
+    residuals = _residual_fn(bucket, log, d)
 
     def gradient(xe):
         jac, r = jax.jacfwd(residuals, has_aux=True)(xe)
@@ -61,6 +69,19 @@ def _experiment(bucket: BucketPlan, log: jax.Array, n: int, hessian: bool, x: ja
     h = gn if hess is None else jnp.zeros((n, n), x.dtype).at[idx[:, None], idx[None, :]].add(
         0.5 * (hess + hess.T))
     return Totals(0.5 * jnp.sum(r * r), g, gn, h)
+
+
+def _jacobian(bucket: BucketPlan, log: jax.Array, n: int, x: jax.Array,
+              d: dict[str, Any]) -> jax.Array:
+    """One experiment's Jacobian of the weighted residuals, ``(rows, n)`` (all parameters)."""
+    idx = d["index"]
+    jac, _ = jax.jacfwd(_residual_fn(bucket, log, d), has_aux=True)(x[idx])
+    return jnp.zeros((jac.shape[0], n), x.dtype).at[:, idx].add(jac)
+
+
+def _r_of(a: jax.Array) -> jax.Array:
+    """The ``(n, n)`` triangular factor of a QR of ``a`` (``a`` has at least ``n`` rows)."""
+    return jnp.linalg.qr(a, mode="r")
 
 
 def evaluate(plan: Plan, data: tuple[dict[str, Any], ...], x: jax.Array, *,
@@ -81,3 +102,32 @@ def evaluate(plan: Plan, data: tuple[dict[str, Any], ...], x: jax.Array, *,
     data_specs = jax.tree.map(lambda _: PartitionSpec(DATA), data)
     out_specs = Totals(*(PartitionSpec(),) * 4)
     return shard_map(local, plan.mesh, (PartitionSpec(), data_specs), out_specs)(x, data)
+
+
+def jacobian_factor(plan: Plan, data: tuple[dict[str, Any], ...], x: jax.Array) -> jax.Array:
+    """``R`` with ``R^T R = J^T J`` for the Jacobian ``J`` of all weighted residuals at ``x``.
+
+    ``J`` itself is never formed across devices (nor ``J^T J``, whose condition number is the
+    square of ``J``'s): each device reduces its experiments' Jacobian rows to an ``(n, n)``
+    triangular factor by Householder QR (experiments of a step-counting model one at a time),
+    the factors are gathered along ``data`` and one more QR of the stack gives ``R`` (TSQR).
+    ``R`` has ``J``'s singular values to rounding, replicated on every device.
+    """
+    n = x.shape[0]
+    log = jnp.asarray(plan.log, dtype=bool)
+
+    def local(x, data):
+        r = jnp.zeros((n, n), x.dtype)
+        for bucket, d in zip(plan.buckets, data):
+            fn = partial(_jacobian, bucket, log, n, x)
+            if bucket.sequential:
+                def fold(r, de, fn=fn):
+                    return _r_of(jnp.concatenate([r, fn(de)])), None
+
+                r, _ = jax.lax.scan(fold, r, d)
+            else:
+                r = _r_of(jnp.concatenate([r, jax.vmap(fn)(d).reshape(-1, n)]))
+        return _r_of(jax.lax.all_gather(r, DATA).reshape(-1, n))
+
+    data_specs = jax.tree.map(lambda _: PartitionSpec(DATA), data)
+    return shard_map(local, plan.mesh, (PartitionSpec(), data_specs), PartitionSpec())(x, data)

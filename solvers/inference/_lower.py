@@ -88,8 +88,17 @@ def _mesh_of(layout: Layout) -> Mesh:
     return mesh
 
 
-def _natural(flat: FlatParameters, x0: np.ndarray) -> np.ndarray:
-    return np.where(np.asarray(flat.log), np.exp(x0), x0)
+def natural(log: Any, x: np.ndarray) -> np.ndarray:
+    """Natural units of fitted coordinates: ``exp`` of the log parameters only.
+
+    ``exp`` is taken of the log parameters' entries alone, so a linear parameter above ~709
+    neither overflows nor warns.
+    """
+    log = np.asarray(log, dtype=bool)
+    x = np.asarray(x, dtype=np.float64)
+    out = x.copy()
+    out[log] = np.exp(x[log])
+    return out
 
 
 @partial(jax.jit, static_argnums=(0, 1))
@@ -204,7 +213,7 @@ def lower(problem: InferenceProblem, layout: Layout | None = None) -> LoweredPro
     flat = flat_parameters(problem)
     buckets = build_buckets(problem, flat)
     x0, lo, hi, typical = flat.internal()
-    theta0 = _natural(flat, x0)
+    theta0 = natural(flat.log, x0)
     n_dev = mesh.shape[DATA]
     sharding = NamedSharding(mesh, PartitionSpec(DATA))
     replicated = NamedSharding(mesh, PartitionSpec())

@@ -52,9 +52,10 @@ class OptResult:
         values: fitted values by name (per-group copies as ``"k[A]"``), natural units.
         names: the order of rows and columns of ``covariance``.
         covariance: the parameter covariance, natural units: ``(J^T J)^-1`` of the weighted
-            residuals, times the residual variance ``2 cost / (m - n)`` unless every measurement
-            gives its noise. Rows of parameters held at a bound, and of an unidentifiable fit,
-            are NaN.
+            residuals (from an SVD of the column-scaled Jacobian factor), times the residual
+            variance ``2 cost / (m - p)`` (``p`` the rank) unless every measurement gives its
+            noise. Rows of parameters held at a bound, and of parameters in a combination the
+            data do not determine (named in a logged warning), are NaN.
         cost: ``0.5 * sum(((model - data) / noise) ** 2)`` at the solution.
         gradient: the gradient of the cost in the fitted coordinates.
         converged: whether a convergence test passed (never true for a failed fit).

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._mesh import Layout
-from ._lower import LoweredProblem, lower
+from ._covariance import covariance
+from ._lower import LoweredProblem, lower, natural
 from ._problem import InferenceProblem
 from ._solution import OptResult, Status
 from ._trust_region import LevenbergMarquardt, NewtonTrustRegion, TrustRegion, _Method, run
@@ -25,25 +26,6 @@ _warned_x64 = False
 def _host(a: jax.Array) -> np.ndarray:
     """A replicated array's value (works when the mesh spans other processes too)."""
     return np.asarray(a.addressable_data(0))
-
-
-def _covariance(jtj: np.ndarray, theta: np.ndarray, log: np.ndarray, fixed: np.ndarray,
-                scale: float) -> np.ndarray:
-    n = len(theta)
-    cov = np.full((n, n), np.nan)
-    keep = np.flatnonzero(~fixed)
-    if keep.size:
-        block = jtj[np.ix_(keep, keep)]
-        mu, v = np.linalg.eigh(block)
-        if mu[0] > np.finfo(float).eps * keep.size * max(mu[-1], 1e-300):
-            inner = (v / mu) @ v.T * scale
-            t = np.where(log, theta, 1.0)[keep]
-            cov[np.ix_(keep, keep)] = t[:, None] * inner * t[None, :]
-        else:
-            logger.warning("the curvature J^T J is singular at the solution (eigenvalues %s): "
-                           "some parameter combination is not determined by the data; the "
-                           "covariance is NaN", mu)
-    return cov
 
 
 def optsolve(problem: InferenceProblem | LoweredProblem, method: _Method | None = None, *,
@@ -86,15 +68,13 @@ def optsolve(problem: InferenceProblem | LoweredProblem, method: _Method | None 
                lowered.typical)
     x = _host(out.x).astype(np.float64)
     log = np.asarray(lowered.plan.log, dtype=bool)
-    theta = np.where(log, np.exp(x), x)
+    theta = natural(log, x)
     lo, hi = _host(lowered.lower), _host(lowered.upper)
     at_bound = (x <= lo) | (x >= hi)
     cost = float(_host(out.totals.cost))
-    n_free = int((~at_bound).sum())
     m = lowered.n_residuals
-    scale = 1.0 if lowered.noise_known else (2.0 * cost / (m - n_free) if m > n_free else np.nan)
-    cov = _covariance(_host(out.totals.gauss_newton).astype(np.float64), theta, log, at_bound,
-                      scale)
+    cov = covariance(_host(out.jacobian_r).astype(np.float64), theta, log, at_bound,
+                     lowered.names, m, cost, lowered.noise_known)
     status = Status.of(int(_host(out.status)))
     names = lowered.names
     result = OptResult(values={n: float(v) for n, v in zip(names, theta)}, names=names,

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ._evaluate import Totals, evaluate
+from ._evaluate import Totals, evaluate, jacobian_factor
 from ._lower import Plan
 from ._solution import Status
 from ._subproblem import damped_step, newton_step, scaled_eigen, trust_region_step
@@ -119,6 +119,7 @@ class Outcome(NamedTuple):
     trials: jax.Array
     accepted: jax.Array
     status: jax.Array
+    jacobian_r: jax.Array   # R with R^T R = J^T J at x, for the covariance
 
 
 def _free(x, g, lo, hi):
@@ -225,4 +226,5 @@ def run(plan: Plan, method: _Method, data: tuple[dict[str, Any], ...], x0: jax.A
 
     final = jax.lax.while_loop(lambda s: s.status == Status.RUNNING.code, body, state)
     free = _free(final.x, final.totals.gradient, lo, hi)
-    return Outcome(final.x, final.totals, free, final.trials, final.accepted, final.status)
+    return Outcome(final.x, final.totals, free, final.trials, final.accepted, final.status,
+                   jacobian_factor(plan, data, final.x))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +66,25 @@ def test_bounds_are_respected_and_reported(method):
     errors = res.standard_errors
     assert np.isnan(errors["D"]) and np.isnan(errors["k"])
     assert all(np.isfinite(errors[f"a[{p}]"]) for p in "ABC")
+
+
+def test_a_linear_parameter_above_709_neither_overflows_nor_warns():
+    """Only log parameters are exponentiated (exp(800) overflows); under warnings-as-errors."""
+    truth = {"D": 0.5, "k": 0.2, "a[A]": 1000.0, "a[B]": 900.0, "a[C]": 1100.0}
+    D = inference.Parameter("D", 1.0, lower=0.0, log=True)
+    k = inference.Parameter("k", 1.0, lower=0.0)
+    a = inference.Parameter("a", 800.0, lower=0.0)
+    problem = inference.InferenceProblem(particle_experiments(7, seed=4, truth=truth),
+                                         parameters=(D, k), per_experiment=(a,),
+                                         groups=lambda e: e.id[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lowered = ds.lower(problem)
+        res = inference.optsolve(lowered)
+    assert float(lowered.x0[2]) == 800.0
+    assert res.converged, res
+    for name, true in truth.items():
+        assert abs(res[name] - true) < 4 * res.standard_error(name), (name, res)
 
 
 def test_trial_points_never_leave_the_bounds():

@@ -1,0 +1,94 @@
+"""Standard errors against NIST StRD's certified values on ill-conditioned nonlinear problems.
+
+The datasets are NIST's of higher difficulty (MGH09, MGH10, Thurber, BoxBOD, Rat42, Rat43,
+Eckerle4, Bennett5) and a few of average difficulty with condition numbers of the Jacobian up to
+about 1e9 (Lanczos2, Lanczos3, Misra1a, Kirby2, Hahn1). Each fit starts at the certified values
+(convergence from NIST's starting points is not what is tested here), so the standard errors are
+computed at the certified optimum from the residual variance ``RSS / (m - n)``, as NIST's are.
+Lanczos1 is left out: its residuals are at the rounding level of its data (RSS 1.4e-25), so its
+certified standard errors cannot be reproduced in float64 by anyone.
+
+Digits agreeing with the certified standard errors (LRE, minimum over the parameters) on the
+development machine: MGH09 10.4, MGH10 9.7, Thurber 9.3, BoxBOD 10.4, Rat42 10.6, Rat43 10.6,
+Eckerle4 10.5, Bennett5 10.4, Lanczos2 9.9, Lanczos3 10.4, Misra1a 11.1, Kirby2 10.2, Hahn1 10.4.
+The test asks for 8.5 everywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nist_nonlinear import MODELS, load, lre
+
+import solvers as ds
+
+jax.config.update("jax_enable_x64", True)
+inference = ds.inference
+
+DATASETS = ["MGH09", "MGH10", "Thurber", "BoxBOD", "Rat42", "Rat43", "Eckerle4", "Bennett5",
+            "Lanczos2", "Lanczos3", "Misra1a", "Kirby2", "Hahn1"]
+#: Digits of the certified standard errors every dataset must reach (observed: 9.3 to 11.1).
+SE_DIGITS = 8.5
+
+
+def _model(name: str, k: int):
+    f = MODELS[name]
+
+    def model(params, conditions, times):
+        return f([params[f"b{i + 1}"] for i in range(k)], conditions["x"])
+
+    model.__name__ = name
+    return model
+
+
+def _experiment(name: str, model) -> inference.Experiment:
+    d = load(name)
+    # The x values repeat in some datasets: they are a condition, the "times" only index rows.
+    return inference.Experiment(name, model, {"x": d.x},
+                                inference.Measurement(np.arange(d.x.size, dtype=float), d.y))
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_standard_errors_match_the_certified_values(name):
+    d = load(name)
+    k = len(d.certified)
+    params = tuple(inference.Parameter(f"b{i + 1}", v) for i, v in enumerate(d.certified))
+    res = inference.optsolve(inference.InferenceProblem([_experiment(name, _model(name, k))],
+                                                        parameters=params))
+    assert res.converged, res
+    errors = res.standard_errors
+    assert np.all(np.isfinite(res.covariance)), res.covariance
+    digits = [lre(errors[f"b{i + 1}"], sd) for i, sd in enumerate(d.certified_sd)]
+    assert min(digits) >= SE_DIGITS, dict(zip(res.names, np.round(digits, 1)))
+    assert min(lre(res[f"b{i + 1}"], c) for i, c in enumerate(d.certified)) >= 9
+    assert lre(2 * res.cost, d.residual_ss) >= 9
+
+
+def test_an_undetermined_combination_is_named_and_the_rest_stays_exact(caplog):
+    """BoxBOD with its rate split into a product ``b2 * b3``: only the product is determined.
+
+    b1's standard error is unchanged by the split (the model's column space is the same), so it
+    keeps its certified value; b2 and b3 are NaN, and the warning names the combination.
+    """
+    d = load("BoxBOD")
+
+    def split(params, conditions, times):
+        return params["b1"] * (1.0 - jnp.exp(-params["b2"] * params["b3"] * conditions["x"]))
+
+    params = (inference.Parameter("b1", d.certified[0]),
+              inference.Parameter("b2", d.certified[1]), inference.Parameter("b3", 1.0))
+    with caplog.at_level(logging.WARNING, logger="solvers.inference._covariance"):
+        res = inference.optsolve(inference.InferenceProblem([_experiment("BoxBOD", split)],
+                                                            parameters=params))
+    errors = res.standard_errors
+    assert lre(errors["b1"], d.certified_sd[0]) >= SE_DIGITS, errors
+    assert np.isnan(errors["b2"]) and np.isnan(errors["b3"])
+    assert np.isfinite(res.covariance[0, 0]) and np.all(np.isnan(res.covariance[1:, :]))
+    assert "do not determine" in caplog.text
+    assert "δb2/b2" in caplog.text and "δb3/b3" in caplog.text, caplog.text
+    assert "covariance of b2, b3 is NaN" in caplog.text
