@@ -5,18 +5,35 @@ environment — ``CUDA_VISIBLE_DEVICES`` above all — is fixed before it import
 spawn it does not import the driver's ``__main__`` again (a script importing dask, JAX or the
 user's whole program): it imports only `schedulers._worker`, and ``fn`` arrives pickled by value
 or by reference, so a worker is ready in about a tenth of a second.
+
+Each worker leads a session (and process group) of its own, which its task's subprocesses join:
+killing a worker kills the group. It dies with its driver (`schedulers._worker`); Linux sends
+that signal when the *thread* that started the worker ends, so every worker is started by one
+`Spawner` thread that lives until the workers are stopped. A worker left behind by a driver that
+died anyway (a kill that has not taken effect yet) is found by `end_orphans`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Callable, TypeVar
 
-_ENTRY = "import sys; from schedulers._worker import serve; serve(int(sys.argv[1]))"
+logger = logging.getLogger(__name__)
+
+_ENTRY = ("import sys; from schedulers._worker import serve; "
+          "serve(int(sys.argv[1]), int(sys.argv[2]))")
+#: Seconds `end_orphans` waits for killed orphans to be gone before it goes on regardless.
+ORPHAN_WAIT = 30.0
+
+T = TypeVar("T")
 
 
 def _python_path() -> str:
@@ -33,8 +50,9 @@ class ChildProcess:
         child_env = dict(os.environ, PYTHONPATH=_python_path(), **env)
         try:
             self._popen = subprocess.Popen(
-                [sys.executable, "-c", _ENTRY, str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), env=child_env, stdin=subprocess.DEVNULL)
+                [sys.executable, "-c", _ENTRY, str(theirs.fileno()), str(os.getpid())],
+                pass_fds=(theirs.fileno(),), env=child_env, stdin=subprocess.DEVNULL,
+                start_new_session=True)
         finally:
             theirs.close()
         self.name = name
@@ -60,6 +78,12 @@ class ChildProcess:
             pass
 
     def kill(self) -> None:
+        """SIGKILL the worker and its process group (the subprocesses its tasks started)."""
+        if self._popen.returncode is None:  # not reaped: its pid (= its group's id) is still its
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
         if self._popen.poll() is None:
             self._popen.kill()
 
@@ -69,3 +93,84 @@ class ChildProcess:
         if self.sentinel is not None:
             os.close(self.sentinel)
             self.sentinel = None
+
+
+class Spawner:
+    """The one thread that starts a scheduler's worker processes, alive until `close`."""
+
+    def __init__(self) -> None:
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="processes-spawner")
+
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` called in the spawner thread; its value, or its exception raised."""
+        return self._thread.submit(fn, *args).result()
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True)
+
+
+def _stat(pid: int) -> tuple[str, int, int, int]:
+    """State, parent pid, process group and session of ``pid`` (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rpartition(b")")[2].split()
+    return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3])
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` no longer runs anything (exited, or a zombie)."""
+    try:
+        return _stat(pid)[0] in ("Z", "X")
+    except (OSError, IndexError, ValueError):
+        return True
+
+
+def orphaned_workers() -> list[tuple[int, int]]:
+    """(pid, driver pid) of this user's worker processes on this host whose driver is gone.
+
+    A worker leads its own session and names its driver on its command line; one whose parent
+    is no longer that driver was left behind. Linux only (``/proc``); elsewhere an empty list.
+    """
+    if not os.path.isdir("/proc/self"):
+        return []
+    entry, uid, found = _ENTRY.encode(), os.getuid(), []
+    for proc in os.scandir("/proc"):
+        if not proc.name.isdigit():
+            continue
+        pid = int(proc.name)
+        try:
+            if proc.stat().st_uid != uid:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")[:-1]
+            if len(argv) != 5 or argv[1:3] != [b"-c", entry]:
+                continue
+            driver = int(argv[4])
+            state, parent, _, session = _stat(pid)
+        except (OSError, IndexError, ValueError):  # it ended meanwhile, or is not ours
+            continue
+        if session == pid and parent != driver and state not in ("Z", "X"):
+            found.append((pid, driver))
+    return found
+
+
+def end_orphans(wait: float = ORPHAN_WAIT) -> list[int]:
+    """SIGKILL every orphaned worker (`orphaned_workers`) with its process group, and wait until
+    they are gone (at most ``wait`` seconds): a new driver starts no task while one may still
+    run it or hold its GPU. Returns their pids."""
+    orphans = orphaned_workers()
+    for pid, driver in orphans:
+        logger.warning("worker process %d of driver %d, which is gone, still runs; killing it "
+                       "and its subprocesses before starting new workers", pid, driver)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    pids = [pid for pid, _ in orphans]
+    deadline = time.monotonic() + wait
+    while (left := [pid for pid in pids if not _gone(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if left:
+        logger.error("orphaned worker processes %s did not end %g s after SIGKILL (stuck in the "
+                     "kernel, e.g. on a GPU or a network file system); starting new workers "
+                     "anyway", left, wait)
+    return pids

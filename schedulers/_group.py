@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ._child import ChildProcess
 from ._devices import Group, group_devices, group_processes
@@ -86,14 +86,17 @@ class WorkerGroup:
 
     @classmethod
     def spawn(cls, index: int, group: Group | None, fn_bytes: bytes, failures: int = 0,
-              ports_in_use: Iterable[int] = ()) -> WorkerGroup:
-        """Start the group's processes and send each the pickled ``fn``."""
+              ports_in_use: Iterable[int] = (),
+              start: Callable[[str, dict[str, str]], ChildProcess] = ChildProcess
+              ) -> WorkerGroup:
+        """Start the group's processes with ``start(name, env)`` and send each the pickled
+        ``fn``."""
         several = group is not None and len(group_processes(group)) > 1
         port = coordinator_port(ports_in_use) if several else None
         members = []
         for j, env in enumerate(_environments(group, port)):
             name = f"campaign-worker-{index}" + (f".{j}" if several else "")
-            members.append(ChildProcess(name, env))
+            members.append(start(name, env))
             try:
                 members[-1].conn.send_bytes(fn_bytes)
             except OSError:  # it died at once; the monitor sees its sentinel and replaces it

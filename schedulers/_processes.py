@@ -20,6 +20,11 @@ the CPU, but a worker's message does not make it preempt that worker on its core
 wake-up puts the reader on the writer's core), so a worker goes on with its next task while the
 driver records the last one. With tasks of 10 ms and a worker on each of two cores, this and
 holding more than one task were worth about one point of efficiency.
+
+Workers die with the driver (`schedulers._worker`), and each takes its task's subprocesses with
+it (its process group). Before its first worker starts, a scheduler kills any worker of this
+user on this host whose driver is gone and waits until it is (`schedulers._child.end_orphans`),
+so a resumed campaign never runs a task beside an old copy of it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from multiprocessing import Pipe
 from typing import Any, Callable
 
 from ._base import Scheduler
+from ._child import ChildProcess, Spawner, end_orphans
 from ._devices import Group, group_processes, normalize_groups, visible_gpus
 from ._events import ErrorInfo, Event, Outcome, OutcomeKind, Placement, Report, Started, Task
 from ._group import WorkerGroup
@@ -105,7 +111,6 @@ class ProcessesScheduler(Scheduler):
                                          else 1 + MAX_HELD for g in groups)
         self._generation = 0  # changes whenever self._workers does
         self._events: list[Event] = []  # reported together at the end of each locked step
-        self._batch = False  # the monitor thread runs under SCHED_BATCH
 
     @property
     def slots(self) -> int:
@@ -121,6 +126,8 @@ class ProcessesScheduler(Scheduler):
 
         super().start(fn, report)
         self._fn_bytes = cloudpickle.dumps(fn)
+        end_orphans()
+        self._spawner = Spawner()
         self._wake_r, self._wake_w = Pipe(duplex=False)
         for i, group in enumerate(self.groups):
             self._workers.append(self._spawn(i, group))
@@ -132,14 +139,14 @@ class ProcessesScheduler(Scheduler):
 
     def _spawn(self, index: int, group: Group | None, failures: int = 0) -> WorkerGroup:
         ports = [w.port for w in self._workers if w.port is not None]  # a restart: a new one
-        batch = self._batch and threading.current_thread() is self._monitor
-        if batch:  # a worker started again inherits its starter's policy: not ours
-            _set_policy(os.SCHED_OTHER)
-        try:
-            return WorkerGroup.spawn(index, group, self._fn_bytes, failures, ports)
-        finally:
-            if batch:
-                _set_policy(os.SCHED_BATCH)
+        return WorkerGroup.spawn(index, group, self._fn_bytes, failures, ports,
+                                 start=self._start_child)
+
+    def _start_child(self, name: str, env: dict[str, str]) -> ChildProcess:
+        """A worker process, started by the spawner thread: it lives as long as the workers
+        (Linux kills a worker when the thread that started it ends), and under the policy the
+        driver started with, not the monitor's ``SCHED_BATCH``."""
+        return self._spawner.run(ChildProcess, name, env)
 
     def stop(self) -> None:
         with self._lock:
@@ -166,6 +173,8 @@ class ProcessesScheduler(Scheduler):
             for member in w.members:
                 member.join(max(0.0, deadline - time.monotonic()) if w.task is None else 0.0)
             w.kill()
+        if hasattr(self, "_spawner"):
+            self._spawner.close()
         if hasattr(self, "_monitor"):
             self._wake_r.close()
             self._wake_w.close()
@@ -231,7 +240,7 @@ class ProcessesScheduler(Scheduler):
 
     # ------------------------------------------------------------------ monitoring
     def _watch(self) -> None:
-        self._batch = _no_wakeup_preemption()
+        _no_wakeup_preemption()
         with selectors.DefaultSelector() as selector:
             watched: dict[Any, int] = {}  # what the selector watches -> its fd
             generation = -1

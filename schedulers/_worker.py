@@ -11,15 +11,24 @@ outcome together with the next task's start. After a task of a few milliseconds 
 instruction is slow (cold caches), so the steps count: `multiprocessing.connection.Connection`'s
 ``poll`` and ``recv`` took about 130 µs there, this one ``recv`` about 85 µs (tasks of 10 ms,
 two workers on two cores).
+
+A worker dies with its driver, quietly: on Linux the kernel SIGKILLs it when the driver's
+spawning thread ends (``PR_SET_PDEATHSIG``); everywhere a thread sees its channel hang up and
+kills it. The subprocesses its tasks start (its process group) are killed with it by a guardian
+forked at start-up, which waits for the worker's end (Linux: its own parent-death signal;
+elsewhere: EOF on a pipe the worker holds) and then kills the group.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import select
 import signal
 import socket
 import struct
+import sys
+import threading
 import time
 from typing import Any
 
@@ -101,13 +110,89 @@ class Channel:
             self.sock.sendall(data)
 
 
-def serve(fd: int) -> None:
-    """Entry point of a worker process: ``fd`` is its end of the socket pair."""
+def serve(fd: int, driver: int) -> None:
+    """Entry point of a worker process: ``fd`` is its end of the socket pair, ``driver`` the
+    pid of the driver that started it."""
+    _die_with(driver)
+    _guard_group(fd)
+    _watch_channel(fd)
     channel = Channel(fd)
     try:
         worker_main(channel)
+    except (EOFError, OSError):  # the driver is gone: there is no one to tell
+        pass
     finally:
         channel.close()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _prctl_pdeathsig(signum: int) -> bool:
+    """Ask Linux to send ``signum`` to this process when its parent (thread) ends."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _die_with(driver: int) -> None:
+    """SIGKILL this process when the driver ends; exit now if it already has."""
+    _prctl_pdeathsig(signal.SIGKILL)
+    if os.getppid() != driver:  # it ended before the request took effect
+        os._exit(0)
+
+
+def _guard_group(channel_fd: int) -> None:
+    """Fork a guardian that SIGKILLs this worker's process group once the worker is gone."""
+    worker = os.getpid()
+    if not hasattr(os, "fork") or os.getpgrp() != worker:  # no group of its own to guard
+        return
+    linux = sys.platform.startswith("linux")
+    if linux:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # inherited; unblocked below
+    read_end, write_end = os.pipe()  # the worker holds write_end: EOF once it is gone
+    if os.fork() != 0:
+        os.close(read_end)
+        _held.append(write_end)
+        if linux:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+        return
+    try:  # the guardian: no Python beyond this function, then out
+        os.close(channel_fd)
+        os.close(write_end)
+        if linux and _prctl_pdeathsig(signal.SIGHUP):
+            if os.getppid() == worker:
+                signal.sigwait({signal.SIGHUP})
+        else:
+            os.read(read_end, 1)
+        os.killpg(worker, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+_held: list[int] = []  # the guardian's pipe, open for the worker's life
+
+
+def _watch_channel(fd: int) -> None:
+    """A thread that kills this worker (and its group) once the driver's end hangs up."""
+    if not hasattr(select, "poll"):
+        return
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(fd, 0)  # hang-up and errors only: never the data the loop reads
+        poller.poll()
+        if os.getpgrp() == os.getpid():
+            os.killpg(0, signal.SIGKILL)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="driver-watch", daemon=True).start()
 
 
 def worker_main(channel: Channel) -> None:
@@ -139,10 +224,9 @@ def _run_tasks(channel: Channel, fn: Any, task_id: str, attempt: int, item: Any,
     while True:
         try:
             value = fn(item)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the task's own doing
             exc = exc.with_traceback(exc.__traceback__.tb_next if exc.__traceback__ else None)
-            done = ("done", task_id, attempt, "error", ErrorInfo.from_exception(exc), begun,
-                    time.time())
+            done = ("done", task_id, attempt, "error", _error(exc), begun, time.time())
         else:
             done = ("done", task_id, attempt, "result", value, begun, time.time())
         message = channel.recv(block=False)
@@ -155,6 +239,17 @@ def _run_tasks(channel: Channel, fn: Any, task_id: str, attempt: int, item: Any,
         _, task_id, attempt, item = message
         begun = time.time()
         channel.send_bytes(_pickled([done, ("begin", task_id, attempt, begun)]))
+
+
+def _error(exc: BaseException) -> ErrorInfo:
+    """``exc`` as the task's error; one that is not an ``Exception`` says so (the worker goes
+    on: it ignores SIGINT, so a ``KeyboardInterrupt`` here was raised by ``fn`` itself)."""
+    info = ErrorInfo.from_exception(exc)
+    if isinstance(exc, Exception):
+        return info
+    said = f"{info.message}; " if info.message else ""
+    return ErrorInfo(info.type, f"{said}fn raised {info.type}, which is not an Exception: the "
+                                "task failed and its worker went on", info.traceback)
 
 
 def _pickled(message: Any) -> bytes:
