@@ -70,9 +70,11 @@ def _block_gradient(block: Block, *, x: np.ndarray, group_weights: np.ndarray | 
     w = block.weights(group_weights)
     step = max(1, _CHUNK // max(cols, 1))
     acc: DD = (np.zeros(cols), np.zeros(cols))
-    for lo in range(0, rows, step):
-        part = slice(lo, lo + step)
-        acc = add(acc, _chunk_gradient(block.A[part], block.y[part], w[part], x))
+    # Dekker's split overflows above ~1e300: the step is then not finite and `refine` drops it
+    with np.errstate(over="ignore", invalid="ignore"):
+        for lo in range(0, rows, step):
+            part = slice(lo, lo + step)
+            acc = add(acc, _chunk_gradient(block.A[part], block.y[part], w[part], x))
     return acc
 
 
