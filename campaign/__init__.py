@@ -14,6 +14,7 @@ from ._errors import DriverBusyError as DriverBusyError
 from ._errors import Interrupted as Interrupted
 from ._errors import ItemError as ItemError
 from ._errors import LedgerError as LedgerError
+from ._errors import LedgerWriteError as LedgerWriteError
 from ._errors import ResultError as ResultError
 from ._ledger import Ledger as Ledger
 from ._status import FORMAT_NAME as FORMAT_NAME
@@ -23,6 +24,6 @@ from ._document import read as read_ledger
 
 __all__ = [
     "Campaign", "CampaignError", "DriverBusyError", "FORMAT_NAME", "FORMAT_VERSION", "Failure",
-    "Interrupted", "ItemError", "Ledger", "LedgerError", "Progress", "ResultError", "Status",
-    "checkpointed_map", "read_ledger",
+    "Interrupted", "ItemError", "Ledger", "LedgerError", "LedgerWriteError", "Progress",
+    "ResultError", "Status", "checkpointed_map", "read_ledger",
 ]

@@ -40,7 +40,9 @@ logger = logging.getLogger(__name__)
 
 
 def work_root(ledger: Path) -> Path:
-    return ledger.with_name(ledger.name + ".work")
+    """``<ledger>.work`` beside the file the ledger path resolves to (symlinks followed)."""
+    target = Path(os.path.realpath(ledger))
+    return target.with_name(target.name + ".work")
 
 
 def task_key(task_id: str) -> str:

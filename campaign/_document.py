@@ -7,6 +7,7 @@ overwritten.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -17,19 +18,28 @@ from filelock import FileLock
 
 from ._atomic import atomic_write
 from ._errors import LedgerError
-from ._status import FORMAT_NAME, FORMAT_VERSION, Status
+from ._jsonvalue import unwritable_message
+from ._records import MISSING, record_problem, run_problem
+from ._status import FAILED, FORMAT_NAME, FORMAT_VERSION
 
-_STATUSES = frozenset(s.value for s in Status)
+logger = logging.getLogger(__name__)
 #: Seconds to wait for ``<ledger>.lock`` before giving up with an error.
 LOCK_TIMEOUT = 120.0
 
 
-def lock_path(path: Path) -> Path:
-    return path.with_name(path.name + ".lock")
+def real_path(path: str | os.PathLike[str]) -> Path:
+    """The file a ledger path names, symlinks resolved: what every lock and write acts on."""
+    return Path(os.path.realpath(path))
 
 
-def file_lock(path: Path) -> FileLock:
-    """The inter-process lock every read-merge-write of ``path`` holds (``<ledger>.lock``)."""
+def lock_path(path: str | os.PathLike[str]) -> Path:
+    target = real_path(path)
+    return target.with_name(target.name + ".lock")
+
+
+def file_lock(path: str | os.PathLike[str]) -> FileLock:
+    """The inter-process lock every read-merge-write of ``path`` holds (``<ledger>.lock`` beside
+    the file the path resolves to)."""
     return FileLock(lock_path(path), timeout=LOCK_TIMEOUT, thread_local=False, poll_interval=0.002)
 
 
@@ -46,15 +56,25 @@ def new_document(now: float | None = None) -> dict[str, Any]:
 
 
 def dumps(doc: dict[str, Any]) -> bytes:
-    """Serialize a document: standard JSON (UTF-8, no NaN tokens), newline-terminated."""
-    return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE)
+    """Serialize a document: standard JSON (UTF-8, no NaN tokens), newline-terminated.
+
+    A task record that cannot be serialized is isolated as `Serializer` does."""
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return Serializer().dumps(doc)
 
 
 class Serializer:
     """`dumps` for a document written again and again: each task record's JSON is kept and
     reused while the record is the same object (records are replaced, never changed in place:
     `campaign._records`), so a commit serializes only the records that changed. The bytes are
-    those of `dumps` whenever ``tasks`` is the document's last key, as it is in ours."""
+    those of `dumps` whenever ``tasks`` is the document's last key, as it is in ours.
+
+    A record orjson refuses (a string that is not valid UTF-8 that got past validation) never
+    blocks the others: it is replaced in ``doc`` by the task recorded failed with the reason
+    (`unwritable_record`), or, if even that cannot be written, left out of the file; both are
+    logged as errors."""
 
     def __init__(self) -> None:
         self._records: dict[str, tuple[dict[str, Any], bytes]] = {}
@@ -66,7 +86,12 @@ class Serializer:
         for task_id, rec in tasks.items():
             kept = cache.get(task_id)
             if kept is None or kept[0] is not rec:
-                kept = cache[task_id] = (rec, orjson.dumps({task_id: rec})[1:-1])
+                try:
+                    kept = cache[task_id] = (rec, orjson.dumps({task_id: rec})[1:-1])
+                except TypeError:
+                    kept = self._isolate(tasks, task_id, rec)
+                    if kept is None:
+                        continue
             parts.append(kept[1])
         if len(cache) > len(tasks):  # tasks were removed (campaign forget)
             for task_id in [t for t in cache if t not in tasks]:
@@ -75,9 +100,38 @@ class Serializer:
         return b"".join((head[:-1], b',"tasks":{' if len(head) > 2 else b'{"tasks":{',
                          b",".join(parts), b"}}\n"))
 
+    def _isolate(self, tasks: dict[str, Any], task_id: str,
+                 rec: dict[str, Any]) -> tuple[dict[str, Any], bytes] | None:
+        new = unwritable_record(task_id, rec)
+        try:
+            data = orjson.dumps({task_id: new})[1:-1]
+        except TypeError:
+            logger.error("task %r cannot be written to the ledger at all (%s); it is left out of "
+                         "the file and runs again on resume", task_id,
+                         unwritable_message(rec, "its record"))
+            self._records.pop(task_id, None)
+            return None
+        logger.error("%s", new["error"]["message"])
+        tasks[task_id] = new  # same key: the dict being iterated keeps its size
+        kept = self._records[task_id] = (new, data)
+        return kept
 
-def parse(data: bytes, path: Path) -> dict[str, Any]:
-    """Parse and check the bytes of a ledger file. Raises `LedgerError` naming the problem."""
+
+def unwritable_record(task_id: str, rec: dict[str, Any]) -> dict[str, Any]:
+    """The record of a task whose record orjson refused: failed, without its result, and the
+    reason (the path of the first string that is not valid UTF-8) as its error."""
+    why = unwritable_message(rec, f"task {task_id!r}: its record")
+    kind = "ResultError" if "record['result']" in why else "LedgerError"
+    return dict(rec, status=FAILED, result=None, error={
+        "type": kind, "traceback": "",
+        "message": f"{why}; the task was recorded failed instead (the ledger writes only valid "
+                   "UTF-8)"})
+
+
+def parse(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Parse and check the bytes of a ledger file (``path`` names it in errors). Raises
+    `LedgerError` naming the problem: not JSON, not a ledger, a newer version, or a field that
+    does not match docs/ledger.md (`check`)."""
     if not data.strip():
         raise LedgerError(
             f"ledger {path} is empty, so it is not a campaign ledger (a ledger is never written "
@@ -98,25 +152,66 @@ def parse(data: bytes, path: Path) -> dict[str, Any]:
             "was left untouched: pass another ledger_path"
         )
     version = doc.get("version")
-    if not isinstance(version, int) or version < 1:
-        raise LedgerError(f"ledger {path} has an invalid format version {version!r}")
+    if type(version) is not int or version < 1:
+        raise LedgerError(f"ledger {path} has an invalid format version {version!r} (an "
+                          f"integer >= 1 is expected). {_UNTOUCHED}")
     if version > FORMAT_VERSION:
         raise LedgerError(
             f"ledger {path} has format version {version}, newer than this diffsoup-campaign "
             f"reads ({FORMAT_VERSION}); upgrade diffsoup-campaign to use it"
         )
     doc = _migrate(doc, version)
-    tasks = doc.get("tasks")
-    if not isinstance(tasks, dict) or not isinstance(doc.get("runs"), list):
-        raise LedgerError(f"ledger {path} lacks its 'tasks' object or 'runs' list; it is corrupt")
-    for task_id, rec in tasks.items():
-        if not isinstance(rec, dict) or rec.get("status") not in _STATUSES:
-            shown = rec.get("status") if isinstance(rec, dict) else rec
-            raise LedgerError(
-                f"ledger {path}: task {task_id!r} has an invalid record (status {shown!r}); the "
-                "file is corrupt or was edited by hand"
-            )
+    check(doc, path)
     return doc
+
+
+def check(doc: dict[str, Any], path: Path) -> None:
+    """Check every field of the document, its runs and its task records against the schema
+    (docs/ledger.md; `campaign._records.RECORD_FIELDS`). Raises `LedgerError` naming the field."""
+    tasks = doc.get("tasks")
+    if type(tasks) is not dict or type(doc.get("runs")) is not list:
+        raise LedgerError(f"ledger {path} lacks its 'tasks' object or 'runs' list; it is corrupt "
+                          f"or was edited by hand. {_UNTOUCHED}")
+    for key in ("created", "updated"):  # checked when present (hand-made files may lack them)
+        if key in doc and type(doc[key]) not in (int, float):
+            raise LedgerError(f"ledger {path}: {key!r} is {doc.get(key)!r}, expected a number "
+                              f"(a Unix time). {_UNTOUCHED}")
+    for index, run in enumerate(doc["runs"]):
+        problem = run_problem(run)
+        if problem is not None:
+            raise LedgerError(f"ledger {path}: runs[{index}] {_field_says(*problem)}. "
+                              f"{_UNTOUCHED}")
+    for task_id, rec in tasks.items():
+        problem = record_problem(rec)
+        if problem is not None:
+            raise LedgerError(f"ledger {path}: task {task_id!r} {_field_says(*problem)}. "
+                              f"{_UNTOUCHED}")
+
+
+_UNTOUCHED = ("The file is corrupt or was edited by hand, and was left untouched: correct it "
+              "(docs/ledger.md lists every field and its type) or restore it from a backup (a "
+              "'.replaced-' or '.before-forget-' file beside it)")
+
+
+def _field_says(field: str, value: Any, expected: str) -> str:
+    if field.startswith("<"):
+        return f"is {_short(value)}, not {expected}"
+    if value is MISSING:
+        return f"lacks the field {field!r} ({expected})"
+    kind = _json_type(value)
+    article = "an" if kind[0] in "aeiou" else "a"
+    return f"has the field {field!r} = {_short(value)} ({article} {kind}); expected {expected}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "bool", int: "integer", float: "number", str: "string", list: "list",
+             dict: "object", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _migrate(doc: dict[str, Any], version: int) -> dict[str, Any]:
@@ -124,8 +219,12 @@ def _migrate(doc: dict[str, Any], version: int) -> dict[str, Any]:
     return doc
 
 
-def read(path: Path) -> dict[str, Any]:
-    """Read and check the ledger at ``path`` (no lock needed: files are replaced atomically)."""
+def read(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check the ledger at ``path`` (no lock needed: files are replaced atomically).
+
+    This is ``campaign.read_ledger``. Returns the document (docs/ledger.md) as stored: non-finite
+    floats stay tagged. Raises `LedgerError` when there is no ledger or it is not valid."""
+    path = Path(path)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -147,7 +246,7 @@ def backup_path(path: Path, why: str) -> Path:
 
 
 def update(
-    path: Path,
+    path: str | os.PathLike[str],
     mutate: Callable[[dict[str, Any]], Any],
     *,
     backup: str | None = None,
@@ -156,8 +255,10 @@ def update(
 
     With ``backup``, the file as it was is kept beside under a name containing ``backup``
     (written only once ``mutate`` has returned). Returns what ``mutate`` returned and the
-    backup's path (None without ``backup``).
+    backup's path (None without ``backup``). A symlink is followed: its target is locked and
+    replaced, and the link stays.
     """
+    path = real_path(path)
     with file_lock(path):
         try:
             original = path.read_bytes()

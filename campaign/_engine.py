@@ -168,6 +168,9 @@ class _Run:
                         cond.wait(1.0)
                     if not queue and not inflight:
                         break
+                    if not self.ledger.writable():  # a ledger write failed: start no new task
+                        cond.wait(0.5)  # until a retry succeeds (or writable() raises)
+                        continue
                     batch = []
                     while queue and len(inflight) < scheduler.slots:
                         task = queue.popleft()
@@ -199,8 +202,9 @@ class _Run:
                 self.ledger.close("interrupted" if isinstance(exc, KeyboardInterrupt)
                                   else "crashed")
         except Exception as close_error:  # keep the original exception
-            logger.error("could not record the interruption in %s: %s", self.ledger.path,
-                         close_error)
+            if close_error is not exc:  # (a LedgerWriteError is raised again by close)
+                logger.error("could not record the interruption in %s: %s", self.ledger.path,
+                             close_error)
 
     # ------------------------------------------------------------------ events
     def _record(self, tid: str) -> dict[str, Any]:

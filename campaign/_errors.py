@@ -18,6 +18,22 @@ class LedgerError(CampaignError, ValueError):
     """A ledger file is corrupt, foreign, of a newer version, or cannot be written."""
 
 
+class LedgerWriteError(LedgerError):
+    """Writing the ledger failed and kept failing (disk full, read-only, I/O error).
+
+    ``path`` is the file, ``errno`` the operating system's error number (None when the cause
+    was not an `OSError`). What was recorded before the first failed write stays in the file.
+    """
+
+    def __init__(self, message: str, path: str | None = None, errno: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.errno = errno
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.path, self.errno))
+
+
 class DriverBusyError(CampaignError, RuntimeError):
     """Another live driver already runs a campaign on this ledger."""
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ._errors import ItemError
-from ._jsonvalue import encode_item, fingerprint
+from ._jsonvalue import encode_item, fingerprint, unwritable_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +21,9 @@ class PreparedItem:
 
 
 def prepare_items(items: Iterable[Mapping[str, Any]]) -> list[PreparedItem]:
-    """Check every item and compute its fingerprint. Raises `ItemError` on the first problem,
-    except for duplicate task ids, which are all listed together."""
+    """Check every item and compute its fingerprint. Raises `ItemError` on the first problem
+    (naming the item's index, its task id and the path inside it), except for duplicate task
+    ids, which are all listed together."""
     if isinstance(items, (str, bytes, Mapping)):
         raise ItemError(
             f"items must be a list of dicts, each with a 'task_id'; got a {type(items).__name__}"
@@ -47,8 +48,14 @@ def prepare_items(items: Iterable[Mapping[str, Any]]) -> list[PreparedItem]:
                 f"{where} has the task_id {task_id!r}; a task_id is a non-empty string, e.g. "
                 f"'{index}' or 'sample-{index}'"
             )
-        stored = encode_item(dict(item), where)
-        prepared.append(PreparedItem(task_id, item, stored, fingerprint(stored)))
+        try:
+            stored = encode_item(dict(item), where)
+            digest = fingerprint(stored)
+        except ItemError as exc:
+            raise ItemError(f"task {task_id!r}: {exc}") from None
+        except TypeError:  # orjson refused a string: find which one
+            raise ItemError(f"task {task_id!r}: {unwritable_message(stored, where)}") from None
+        prepared.append(PreparedItem(task_id, item, stored, digest))
     counts = Counter(p.task_id for p in prepared)
     duplicates = [tid for tid, n in counts.items() if n > 1]
     if duplicates:

@@ -5,6 +5,11 @@ every change since the previous one, so a campaign of N tasks writes O(N) times 
 tasks are slow, and writing takes at most about ``write_share`` of the wall time when they are
 fast. Each commit is a read-merge-write under ``<ledger>.lock``: changes other processes made
 (another worker, ``campaign forget``) are merged, never overwritten.
+
+A failed write (disk full, read-only, I/O error) is retried with back-off for up to
+``write_retry`` seconds; meanwhile `writable` is False, so the engine starts no new task. If the
+writes keep failing the ledger gives up: `writable`, `flush` and `close` raise
+`LedgerWriteError`, and the file keeps what was recorded before the first failure.
 """
 
 from __future__ import annotations
@@ -21,13 +26,37 @@ from filelock import FileLock, Timeout
 
 from . import _document
 from ._array import absorb_fragments, live_leases, work_root
-from ._atomic import HOST, atomic_write, pid_alive, remove_stale_tmp
-from ._errors import DriverBusyError, LedgerError
+from ._atomic import HOST, atomic_write, pid_alive, remove_stale_tmp, write_error_text
+from ._errors import DriverBusyError, LedgerError, LedgerWriteError
 from ._records import merge
 from ._status import ACCEPTED, INTERRUPTED, RUNNING, RUNS_LIMIT
 
 logger = logging.getLogger(__name__)
 
+#: How long (seconds) failing ledger writes are retried before the run stops, unless the
+#: environment variable of `RETRY_ENV` or ``Ledger(write_retry=)`` says otherwise.
+WRITE_RETRY = 900.0
+RETRY_ENV = "DIFFSOUP_LEDGER_WRITE_RETRY"
+#: The longest pause between two retries of a failing write (the first is 0.5 s, then doubled).
+RETRY_PAUSE_MAX = 30.0
+#: At most this long (seconds) is a failing write retried when a run closes after Ctrl-C,
+#: SIGTERM or an error, so that stopping never hangs for the whole `WRITE_RETRY`.
+CLOSE_RETRY = 10.0
+
+
+def write_retry_default() -> float:
+    """`WRITE_RETRY`, or the seconds given by the environment variable ``RETRY_ENV``."""
+    text = os.environ.get(RETRY_ENV, "").strip()
+    if not text:
+        return WRITE_RETRY
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ValueError(f"{RETRY_ENV}={text!r} is not a number of seconds >= 0; set it to "
+                         f"e.g. {WRITE_RETRY:.0f}, or unset it")
+    return value
 
 
 class Ledger:
@@ -39,11 +68,20 @@ class Ledger:
         write_share: the largest share of wall time spent writing; a commit that took ``w``
             seconds is followed by at least ``w * (1 - write_share) / write_share`` seconds
             without one.
+        write_retry: how long in seconds failing writes are retried before `LedgerWriteError`
+            (default: the environment variable ``DIFFSOUP_LEDGER_WRITE_RETRY``, else 900).
+
+    ``path`` may be a symlink: `path` is the file it resolves to, and every lock, merge and
+    replacement acts on that file, so the link stays a link and a driver reached through it
+    excludes one reached through the file's own name.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, min_interval: float = 0.1,
-                 write_share: float = 0.1):
-        self.path = Path(path)
+                 write_share: float = 0.1, write_retry: float | None = None):
+        self.path = _document.real_path(path)
+        self.write_retry = write_retry_default() if write_retry is None else float(write_retry)
+        if not self.write_retry >= 0:
+            raise ValueError(f"write_retry must be >= 0 seconds, got {write_retry!r}")
         self.min_interval = min_interval
         self.write_share = write_share
         self.doc: dict[str, Any] = _document.new_document()
@@ -66,7 +104,12 @@ class Ledger:
                                      timeout=0, thread_local=False)
         self._writer: threading.Thread | None = None
         self.driver = True
-        self._error: BaseException | None = None
+        self._written = threading.Condition(self._state)  # a failing episode ended
+        self._failing_since: float | None = None  # monotonic time of the first failed write
+        self._failures = 0
+        self._retry_pause = 0.5
+        self._last_error: BaseException | None = None
+        self._gave_up: LedgerWriteError | None = None
 
     # ------------------------------------------------------------------ opening
     @property
@@ -90,7 +133,7 @@ class Ledger:
                 if self.path.exists():
                     self.doc = _document.read(self.path)
                 else:
-                    self._write_locked()
+                    self._first_write()
                 self._disk_state = _document.file_state(self.path)
             self._start_writer()
             return
@@ -127,13 +170,23 @@ class Ledger:
                     "id": self.run_id, "host": HOST, "pid": os.getpid(), "execution": execution,
                     "started": now, "ended": None, "status": "running", "refused": [],
                 }])[-RUNS_LIMIT:]
-                self._write_locked()
+                self._first_write()
                 for fragment in settled:
                     fragment.unlink(missing_ok=True)
         except BaseException:
             self._driver_lock.release()
             raise
         self._start_writer()
+
+    def _first_write(self) -> None:
+        """The write that opens the ledger: not retried (nothing has run yet)."""
+        try:
+            self._write_locked()
+        except OSError as exc:
+            what, fix = write_error_text(exc)
+            raise LedgerWriteError(
+                f"cannot write ledger {self.path} ({what}); nothing was run. Fix: {fix}, then "
+                "run again", str(self.path), exc.errno) from exc
 
     def _start_writer(self) -> None:
         self._writer = threading.Thread(target=self._write_loop, name="ledger-writer", daemon=True)
@@ -230,12 +283,23 @@ class Ledger:
             self._wake.notify()
 
     def flush(self) -> None:
-        """Commit every change now; on return all of them are durable on disk."""
-        self._raise_writer_error()
-        self._commit()
+        """Commit every change now; on return all of them are durable on disk. A failing
+        write is retried for up to ``write_retry`` seconds, then `LedgerWriteError`."""
+        self._commit_retrying(None)
+
+    def writable(self) -> bool:
+        """True while ledger writes succeed; False while a failed write is being retried (start
+        no new task then). Raises `LedgerWriteError` once the ledger gave up."""
+        if self._gave_up is not None:
+            raise self._gave_up
+        return self._failing_since is None
 
     def close(self, status: str) -> None:
-        """Finish this run (``finished``, ``interrupted`` ...), flush, stop the writer, unlock."""
+        """Finish this run (``finished``, ``interrupted`` ...), flush, stop the writer, unlock.
+
+        A failing write is retried for up to ``write_retry`` seconds when ``status`` is
+        ``finished``, else for at most `CLOSE_RETRY` seconds; if it still fails (or the ledger
+        had given up already, after one more try), raises `LedgerWriteError`."""
         try:
             if self.driver:
                 self.set_run(status=status, ended=time.time())
@@ -244,18 +308,17 @@ class Ledger:
                 self._wake.notify()
             if self._writer is not None:
                 self._writer.join()
-            self._commit()
-            self._raise_writer_error()
+            if self._gave_up is not None:
+                if not self._attempt(quiet=True):
+                    raise self._gave_up
+                return
+            self._commit_retrying(None if status == "finished"
+                                  else time.monotonic() + CLOSE_RETRY)
         finally:
             if self._driver_lock.is_locked:
                 self._driver_lock.release()
 
     # ------------------------------------------------------------------ writing
-    def _raise_writer_error(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise LedgerError(f"writing ledger {self.path} failed: {error}") from error
-
     def _write_loop(self) -> None:
         while True:
             with self._state:
@@ -263,19 +326,92 @@ class Ledger:
                     self._writer_idle = True
                     self._wake.wait()
                     self._writer_idle = False
-                if self._closing:
+                if self._closing or self._gave_up is not None:
                     return
                 delay = self._next_commit - time.monotonic()
                 if delay > 0:
                     self._wake.wait(delay)
                     continue
-            try:
-                self._commit()
-            except Exception as exc:  # reported to the driver by flush/close
-                logger.error("writing ledger %s failed: %s", self.path, exc)
-                self._error = exc
-                with self._state:
-                    self._next_commit = time.monotonic() + 1.0
+            self._attempt()
+
+    def _commit_retrying(self, cap: float | None) -> None:
+        """Commit; retry a failure until it succeeds or the ledger gives up (at ``cap``, a
+        monotonic time, at the latest)."""
+        while True:
+            if self._gave_up is not None:
+                raise self._gave_up
+            if self._attempt():
+                return
+            with self._state:
+                if self._gave_up is None:
+                    now = time.monotonic()
+                    if cap is not None and self._next_commit > cap:
+                        self._give_up(now)
+                    else:
+                        self._written.wait(max(0.0, self._next_commit - now))
+
+    def _attempt(self, quiet: bool = False) -> bool:
+        """One commit. On failure: note it, and retry later or give up. True if it worked."""
+        try:
+            self._commit()
+        except Exception as exc:
+            if not quiet:
+                self._failed(exc)
+            return False
+        if self._failing_since is not None:
+            with self._state:
+                spent, self._failing_since = time.monotonic() - self._failing_since, None
+                self._failures = 0
+                self._written.notify_all()
+            logger.warning("ledger %s was written again after %.0f s of failed writes; new "
+                           "tasks start again", self.path, spent)
+        return True
+
+    def _failed(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        with self._state:
+            first = self._failing_since is None
+            if first:
+                self._failing_since, self._retry_pause = now, 0.5
+            self._failures += 1
+            self._last_error = exc
+            spent = now - self._failing_since
+            if not isinstance(exc, OSError) or spent >= self.write_retry:
+                self._give_up(now)
+                return
+            self._next_commit = now + min(self._retry_pause, self.write_retry - spent)
+            self._retry_pause = min(2 * self._retry_pause, RETRY_PAUSE_MAX)
+        what, _ = write_error_text(exc)
+        if first:
+            logger.warning("writing ledger %s failed (%s); no new task starts until a write "
+                           "succeeds; retrying for up to %.0f s", self.path, what,
+                           self.write_retry)
+        else:
+            logger.debug("writing ledger %s failed again (%s)", self.path, what)
+
+    def _give_up(self, now: float) -> None:
+        """Stop retrying (the caller holds ``_state``): the error every later call raises."""
+        exc = self._last_error
+        assert exc is not None and self._failing_since is not None
+        spent = now - self._failing_since
+        if isinstance(exc, OSError):
+            what, fix = write_error_text(exc)
+            message = (
+                f"writing ledger {self.path} failed {self._failures} time(s) over {spent:.0f} s "
+                f"({what}), so the run was stopped: no new task was handed out after the first "
+                "failed write, every task recorded before it is kept in the file, and the others "
+                f"run again on resume. Fix: {fix}, then run again (to wait longer for a passing "
+                f"error, set {RETRY_ENV} to more seconds than {self.write_retry:.0f})")
+        else:
+            message = f"writing ledger {self.path} failed, so the run was stopped: {exc}"
+        self._gave_up = LedgerWriteError(message, str(self.path), getattr(exc, "errno", None))
+        self._gave_up.__cause__ = exc
+        run = self.run if self.driver else None
+        if run is not None:  # written if a last try succeeds
+            run["error"] = message
+            self._meta_dirty = True
+        self._written.notify_all()
+        self._wake.notify_all()
 
     def _commit(self) -> None:
         with self._commit_mutex:

@@ -88,7 +88,7 @@ def settle(rec: dict[str, Any], kind: OutcomeKind, *, limits: Limits, tries: int
     times = {"at": at, "began": began, "where": where}
     if kind is OutcomeKind.RESULT:
         try:
-            stored = encode_result(result)
+            stored = encode_result(result, task_id=rec["item"].get("task_id"))
         except ResultError as exc:
             error = ErrorInfo("ResultError", str(exc))
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._status import ACCEPTED, HISTORY_LIMIT, INTERRUPTED, PENDING, RUNNING
+from ._status import ACCEPTED, HISTORY_LIMIT, INTERRUPTED, PENDING, RUNNING, Status
 
 
 def new_record(item: Any, fingerprint: str) -> dict[str, Any]:
@@ -120,3 +120,128 @@ def merge(on_disk: dict[str, Any] | None, mine: dict[str, Any]) -> dict[str, Any
     if on_disk is not None and on_disk["status"] == ACCEPTED:
         return on_disk
     return mine
+
+
+# ---------------------------------------------------------------------- the schema (docs/ledger.md)
+class _Absent:
+    def __repr__(self) -> str:
+        return "missing"
+
+
+#: What `record_problem` and `run_problem` report as the value of a field that is absent.
+MISSING = _ABSENT = _Absent()
+_NONE = type(None)
+_TEXT, _OPT_TEXT = frozenset({str}), frozenset({str, _NONE})
+_COUNT, _OPT_INT = frozenset({int}), frozenset({int, _NONE})
+_NUMBER, _OPT_NUMBER = frozenset({int, float}), frozenset({int, float, _NONE})
+_OPT_DICT, _LIST, _OPT_LIST = frozenset({dict, _NONE}), frozenset({list}), frozenset({list, _NONE})
+
+#: Every field of a task record: the JSON types it may have, and how docs/ledger.md says it.
+RECORD_FIELDS: dict[str, tuple[frozenset[type], str]] = {
+    "status": (_TEXT, "one of " + ", ".join(s.value for s in Status)),
+    "attempts": (_COUNT, "an integer >= 0"),
+    "interruptions": (_COUNT, "an integer >= 0"),
+    "item": (frozenset({dict}), "an object (the item)"),
+    "fingerprint": (_TEXT, "'sha256:' followed by 64 hex digits"),
+    "result": (_OPT_DICT, "an object or null (an object when the status is accepted)"),
+    "error": (_OPT_DICT, "null or an object with string 'type' and 'message'"),
+    "host": (_OPT_TEXT, "a string or null"),
+    "pid": (_OPT_INT, "an integer or null"),
+    "worker": (_OPT_TEXT, "a string or null"),
+    "device_group": (_OPT_LIST, "a list of integers or null"),
+    "started": (_OPT_NUMBER, "a number or null"),
+    "ended": (_OPT_NUMBER, "a number or null"),
+    "duration": (_OPT_NUMBER, "a number or null"),
+    "history": (_LIST, "a list of objects"),
+}
+#: The statuses of a run in the ledger's ``runs`` list.
+RUN_STATUSES = ("running", "finished", "interrupted", "crashed", "submitted")
+#: The fields of a run: required ones, then those only some runs have.
+RUN_FIELDS: dict[str, tuple[frozenset[type], str]] = {
+    "id": (_TEXT, "a string"),
+    "host": (_TEXT, "a string"),
+    "pid": (_COUNT, "an integer"),
+    "execution": (_TEXT, "a string"),
+    "started": (_NUMBER, "a number"),
+    "ended": (_OPT_NUMBER, "a number or null"),
+    "status": (_TEXT, "one of " + ", ".join(RUN_STATUSES)),
+    "refused": (_LIST, "a list of objects"),
+}
+RUN_OPTIONAL: dict[str, tuple[frozenset[type], str]] = {
+    "total": (_COUNT, "an integer"),
+    "refused_count": (_COUNT, "an integer"),
+    "submission": (_TEXT, "a string"),
+    "to_run": (_COUNT, "an integer"),
+    "job": (_TEXT, "a string"),
+    "error": (_OPT_TEXT, "a string or null"),
+}
+_STATUSES = frozenset(s.value for s in Status)
+_RUN_STATUSES = frozenset(RUN_STATUSES)
+_HEX = "0123456789abcdef"
+_SCALARS = frozenset({str, int, float, bool, _NONE})
+#: (keys, their value types) of records found valid: one set lookup checks the types of a
+#: record shaped like one seen before (a ledger's records have a handful of shapes).
+_good_shapes: set[tuple[tuple[str, ...], tuple[type, ...]]] = set()
+
+
+def record_problem(rec: Any) -> tuple[str, Any, str] | None:
+    """What is wrong with a loaded task record, as ``(field, value, expected)``; None if valid.
+
+    Called for every record on every load, so the common case is one set lookup for the
+    fields' types, then a few value checks (about 1 us a record)."""
+    if type(rec) is not dict:
+        return ("<record>", rec, "an object")
+    status = rec.get("status", _ABSENT)
+    if type(status) is not str or status not in _STATUSES:
+        return ("status", status, RECORD_FIELDS["status"][1])
+    shape = (tuple(rec), tuple(map(type, rec.values())))
+    if shape not in _good_shapes:
+        for key, (kinds, expected) in RECORD_FIELDS.items():
+            value = rec.get(key, _ABSENT)
+            if type(value) not in kinds:
+                return (key, value, expected)
+        if len(_good_shapes) < 1000:
+            _good_shapes.add(shape)
+    fp = rec["fingerprint"]
+    if len(fp) != 71 or fp[:7] != "sha256:" or fp[7:].strip(_HEX):
+        return ("fingerprint", fp, RECORD_FIELDS["fingerprint"][1])
+    if rec["attempts"] < 0 or rec["interruptions"] < 0:
+        key = "attempts" if rec["attempts"] < 0 else "interruptions"
+        return (key, rec[key], "an integer >= 0")
+    result = rec["result"]
+    if result is None:
+        if status == ACCEPTED:
+            return ("result", None, "an object: the task is accepted")
+    elif not _SCALARS.issuperset(map(type, result.values())):
+        for key, value in result.items():
+            if type(value) not in _SCALARS and not _float_tag(value):
+                return (f"result.{key}", value, "a number, string, bool or null")
+    error = rec["error"]
+    if error is not None and not (type(error.get("type")) is str
+                                  and type(error.get("message")) is str):
+        return ("error", error, RECORD_FIELDS["error"][1])
+    group = rec["device_group"]
+    if group is not None and not all(type(g) is int for g in group):
+        return ("device_group", group, RECORD_FIELDS["device_group"][1])
+    if rec["history"] and not all(type(entry) is dict for entry in rec["history"]):
+        return ("history", rec["history"], RECORD_FIELDS["history"][1])
+    return None
+
+
+def _float_tag(value: Any) -> bool:
+    return (type(value) is dict and len(value) == 1
+            and value.get("$float") in ("nan", "inf", "-inf"))
+
+
+def run_problem(run: Any) -> tuple[str, Any, str] | None:
+    """What is wrong with one entry of the ledger's ``runs``, as ``(field, value, expected)``."""
+    if type(run) is not dict:
+        return ("<run>", run, "an object")
+    for fields, required in ((RUN_FIELDS, True), (RUN_OPTIONAL, False)):
+        for key, (kinds, expected) in fields.items():
+            value = run.get(key, _ABSENT)
+            if (required or value is not _ABSENT) and type(value) not in kinds:
+                return (key, value, expected)
+    if run["status"] not in _RUN_STATUSES:
+        return ("status", run["status"], RUN_FIELDS["status"][1])
+    return None

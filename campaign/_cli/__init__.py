@@ -32,8 +32,9 @@ def cli() -> None:
     file), and resume exactly where a run stopped.
 
     Exit codes: 0 all accepted (or nothing to report), 1 some tasks failed or were refused,
-    2 bad usage or bad input (nothing written), 130 interrupted by Ctrl-C, 143 stopped by
-    SIGTERM (both after the ledger was written). See docs/cli.md.
+    2 bad usage or bad input (nothing written), 3 the ledger could not be written (disk full,
+    read-only; what was recorded is kept), 130 interrupted by Ctrl-C, 143 stopped by SIGTERM
+    (both after the ledger was written). See docs/cli.md.
     """
 
 

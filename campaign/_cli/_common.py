@@ -1,5 +1,5 @@
-"""What every command shares: exit codes, the bad-input error, logging, reading a ledger, and
-formatting of times and durations."""
+"""What every command shares: exit codes, the bad-input and ledger-write errors, logging,
+reading a ledger, and formatting of times and durations."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 #: Bad usage or bad input (items, target, spec, ledger, task ids); nothing was written.
 EXIT_USAGE = 2
+#: The ledger could not be written (disk full, read-only, I/O error) even after retrying; the
+#: run was stopped and what was recorded before the first failed write is kept.
+EXIT_LEDGER_WRITE = 3
 #: Interrupted by Ctrl-C (SIGINT) after the ledger was written (128 + 2).
 EXIT_SIGINT = 130
 #: Stopped by SIGTERM (e.g. ``scancel``, a job's time limit) after the ledger was written.
@@ -29,6 +32,15 @@ class BadInput(click.ClickException):
     """A problem with what the user gave (a file, a target, an id): one paragraph, exit 2."""
 
     exit_code = EXIT_USAGE
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"campaign: error: {self.format_message()}", err=True)
+
+
+class LedgerWriteFailed(click.ClickException):
+    """The ledger could not be written: one paragraph, exit 3."""
+
+    exit_code = EXIT_LEDGER_WRITE
 
     def show(self, file: Any = None) -> None:
         click.echo(f"campaign: error: {self.format_message()}", err=True)
@@ -73,14 +85,17 @@ def read_ledger(path: Path) -> dict[str, Any]:
 
 
 def with_errors(fn: F) -> F:
-    """Turn the library's input errors raised inside a command into `BadInput` (exit 2)."""
+    """Turn the library's input errors raised inside a command into `BadInput` (exit 2), and
+    a ledger that could not be written into `LedgerWriteFailed` (exit 3)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from .._errors import DriverBusyError, ItemError, LedgerError
+        from .._errors import DriverBusyError, ItemError, LedgerError, LedgerWriteError
 
         try:
             return fn(*args, **kwargs)
+        except LedgerWriteError as exc:
+            raise LedgerWriteFailed(str(exc)) from None
         except (ItemError, LedgerError, DriverBusyError) as exc:
             raise BadInput(str(exc)) from None
 
