@@ -242,10 +242,11 @@ def test_workers_retire_before_walltime_and_are_replaced_no_task_lost(slurm, tmp
     scheduler = make_scheduler("slurm", walltime="00:01:00", min_jobs=2, **slurm)
     # margin 30 s: drain from 22.5-37.5 s on, closed by dask's lifetime at 37.5-52.5 s
     assert (scheduler.lifetime, scheduler.stagger, scheduler.drain) == (45.0, 7.5, 15.0)
-    # 0.4 s a task until replacements run tasks: the first two jobs (2 workers, one task each
-    # at a time) finish at most 52.5 s / 0.4 s * 2 = 262 of them before they retire
-    items = [{"task_id": f"t{i:03d}", "folder": str(marks), "sleep": 0.4, "fast_from_jobs": 3}
-             for i in range(400)]
+    # 0.4 s a task until both first jobs have retired and their replacements run tasks: they
+    # (2 workers, one task each at a time) finish at most 52.5 s / 0.4 s * 2 = 262 of them, and
+    # the first replacement a few dozen while the second first job drains
+    items = [{"task_id": f"t{i:03d}", "folder": str(marks), "sleep": 0.4, "fast_from_jobs": 4}
+             for i in range(600)]
     camp = checkpointed_map(mark_then_sleep, items, ledger_path=tmp_path / "l.json",
                             execution=scheduler)
     assert camp.complete
