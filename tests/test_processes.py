@@ -268,3 +268,59 @@ def test_the_monitor_does_not_preempt_workers_and_workers_keep_the_default_polic
     assert {camp.result(t)["policy"] for t in camp.task_ids} == {os.SCHED_OTHER}
     assert os.SCHED_BATCH in policies  # progress is reported from the monitor thread
     assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
+class Custom(BaseException):
+    """Not an Exception: raised by a task on purpose."""
+
+
+def raise_base(item):
+    what = item["raise"]
+    if what == "exit":
+        sys.exit(3)
+    if what == "interrupt":
+        raise KeyboardInterrupt
+    if what == "custom":
+        raise Custom("the task's own BaseException")
+    return {"pid": os.getpid()}
+
+
+def test_a_base_exception_in_fn_fails_its_task_with_its_type_and_the_worker_goes_on(ledger):
+    items = [{"task_id": w, "raise": w} for w in ("exit", "interrupt", "custom")]
+    items += [{"task_id": f"ok{i}", "raise": "none"} for i in range(3)]
+    camp = checkpointed_map(raise_base, items, ledger_path=ledger, execution="processes",
+                            workers=1)
+    failures = {f.task_id: f for f in camp.failures}
+    assert sorted(failures) == ["custom", "exit", "interrupt"]
+    assert failures["exit"].error_type == "SystemExit" and "3" in failures["exit"].message
+    assert failures["interrupt"].error_type == "KeyboardInterrupt"
+    assert failures["custom"].error_type.endswith("Custom")
+    assert "the task's own BaseException" in failures["custom"].message
+    for failure in failures.values():
+        assert "not an Exception" in failure.message and "exit code" not in failure.message
+        assert "in raise_base" in failure.traceback
+        assert camp.records[failure.task_id]["interruptions"] == 0
+    pids = {camp.result(f"ok{i}")["pid"] for i in range(3)} | {
+        camp.records[t]["pid"] for t in failures}
+    assert len(pids) == 1  # one worker ran them all: none of these took it down
+
+
+def start_child_and_hang(item):
+    child = subprocess.Popen(["sleep", "300"])
+    Path(item["child_file"]).write_text(str(child.pid))
+    time.sleep(300)
+    return {}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
+def test_a_timed_out_task_takes_its_subprocesses_with_it(ledger, tmp_path):
+    child_file = tmp_path / "child"
+    camp = checkpointed_map(start_child_and_hang, [{"task_id": "hang",
+                                                    "child_file": str(child_file)}],
+                            ledger_path=ledger, execution="processes", workers=1, timeout=1.0)
+    (failure,) = camp.failures
+    assert failure.error_type == "TaskTimeout"
+    pid = int(child_file.read_text())
+    stat = Path(f"/proc/{pid}/stat")
+    wait_until(lambda: not stat.exists() or stat.read_text().rpartition(")")[2].split()[0] == "Z",
+               "the task's subprocess ends with its worker")

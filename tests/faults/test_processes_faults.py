@@ -1,0 +1,162 @@
+"""execution="processes" under faults, with the real things: SIGKILLs of the driver while its
+workers run tasks that started subprocesses of their own, and a resume right after."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from campaign import checkpointed_map, read_ledger
+from schedulers._child import _ENTRY
+from testkit import PATIENCE, PYTHON, child_env, wait_until
+
+HERE = Path(__file__).resolve().parent
+DRIVER = HERE / "processes_driver.py"
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="reads processes from Linux's /proc")
+
+
+# ---------------------------------------------------------------------- helpers
+def running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat.rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+
+
+def in_sessions(sessions: set[int]) -> list[int]:
+    """The running processes whose session is one of ``sessions`` (a worker leads its own)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_bytes().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        if int(fields[3]) in sessions and fields[0] not in (b"Z", b"X"):
+            found.append(int(proc.name))
+    return found
+
+
+def start_driver(ledger: Path, folder: Path, tasks: int, seconds: float,
+                 log: Path) -> subprocess.Popen:
+    with log.open("a") as out:
+        return subprocess.Popen([PYTHON, str(DRIVER), str(ledger), str(folder), str(tasks),
+                                 str(seconds)], env=child_env(), stdout=out, stderr=out)
+
+
+def started(folder: Path, at_least: int) -> dict[int, int] | None:
+    """worker pid -> the pid of its task's subprocess, once ``at_least`` tasks started."""
+    found = {}
+    for mark in folder.glob("*.start"):
+        text = mark.read_text()
+        if not text:  # being written
+            return None
+        found[int(mark.name.split(".")[1])] = int(text)
+    return found if len(found) >= at_least else None
+
+
+def attempts(folder: Path) -> dict[str, list[tuple[int, int, int]]]:
+    """task id -> (first heartbeat, last heartbeat, pid) of each of its runs, in order."""
+    runs: dict[str, list[tuple[int, int, int]]] = {}
+    for beat in folder.glob("*.beat"):
+        task, pid, _ = beat.name.split(".")
+        beats = [int(line) for line in beat.read_text().split()]
+        if not beats:  # killed before its first heartbeat: it did nothing
+            continue
+        runs.setdefault(task, []).append((min(beats), max(beats), int(pid)))
+    return {task: sorted(spans) for task, spans in runs.items()}
+
+
+def kill_while_running(tmp_path: Path) -> tuple[Path, Path, Path, dict[int, int]]:
+    ledger, folder, log = tmp_path / "ledger.json", tmp_path / "marks", tmp_path / "driver.log"
+    folder.mkdir()
+    driver = start_driver(ledger, folder, 8, 1.0, log)
+    try:
+        workers = wait_until(lambda: started(folder, 2), "both workers started a task")
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    return ledger, folder, log, workers
+
+
+# ---------------------------------------------------------------------- tests
+def test_a_killed_drivers_workers_and_their_subprocesses_end_quietly(tmp_path):
+    ledger, folder, log, workers = kill_while_running(tmp_path)
+    everything = set(workers) | set(workers.values())
+    wait_until(lambda: not any(map(running, everything)) and not in_sessions(set(workers)),
+               "the dead driver's workers, their guardians and their tasks' subprocesses end")
+    said = log.read_text()
+    assert "Traceback" not in said and "BrokenPipeError" not in said, said
+    assert not list(folder.glob("*.end")), "a task went on after its driver died"
+    assert {r["status"] for r in read_ledger(ledger)["tasks"].values()} <= {"pending", "running",
+                                                                           "accepted"}
+
+
+def test_a_resume_right_after_a_driver_kill_runs_no_task_twice_at_once(tmp_path):
+    ledger, folder, log, workers = kill_while_running(tmp_path)
+    resumed = subprocess.run([PYTHON, str(DRIVER), str(ledger), str(folder), "8", "1.0"],
+                             env=child_env(), capture_output=True, text=True, timeout=PATIENCE)
+    assert resumed.returncode == 0, resumed.stderr
+    tasks = read_ledger(ledger)["tasks"]
+    assert len(tasks) == 8 and {r["status"] for r in tasks.values()} == {"accepted"}
+    runs = attempts(folder)
+    killed = {t for t, spans in runs.items() if any(pid in workers for *_, pid in spans)}
+    assert len(killed) >= 2
+    for task in killed:  # the interrupted attempt, then the one that finished
+        assert len(runs[task]) >= 2, runs[task]
+        assert tasks[task]["interruptions"] >= 1
+    for task, spans in runs.items():
+        for (_, last, pid), (first, _, _) in zip(spans, spans[1:]):
+            assert last < first, f"task {task}: an attempt in pid {pid} still ran when the " \
+                                 "next one began"
+    assert "Traceback" not in log.read_text() + resumed.stderr
+    assert not any(map(running, set(workers) | set(workers.values())))
+
+
+def alive(item: dict) -> dict:
+    return {"orphan_alive": running(item["orphan"]), "child_alive": running(item["child"])}
+
+
+def test_a_new_driver_ends_an_orphaned_worker_before_any_task_starts(tmp_path, ledger):
+    """A worker whose driver died but which still runs (its parent-death signal did not reach
+    it) is killed with its subprocesses, and gone, before the first task starts."""
+    fake = tmp_path / "fake" / "schedulers"  # runs under the worker's own command line
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "_worker.py").write_text(textwrap.dedent(f"""
+        import subprocess, time, pathlib
+        def serve(fd, driver):
+            child = subprocess.Popen(["sleep", "300"])
+            pathlib.Path({str(tmp_path / "child")!r}).write_text(str(child.pid))
+            time.sleep(300)
+    """))
+    gone_driver = subprocess.run([PYTHON, "-c", "import os; print(os.getpid())"],
+                                 capture_output=True, text=True, check=True)
+    orphan = subprocess.Popen([PYTHON, "-c", _ENTRY, "0", gone_driver.stdout.strip()],
+                              env=dict(child_env(), PYTHONPATH=str(fake.parent)),
+                              cwd=fake.parent, start_new_session=True)
+    try:
+        child = wait_until(lambda: orphan.poll() is not None or (
+            (tmp_path / "child").exists() and (tmp_path / "child").read_text()),
+            "the orphan's subprocess")
+        assert running(orphan.pid) and running(int(child))
+        items = [{"task_id": f"t{i}", "orphan": orphan.pid, "child": int(child)}
+                 for i in range(4)]
+        camp = checkpointed_map(alive, items, ledger_path=ledger, execution="processes",
+                                workers=2)
+        assert camp.complete
+        assert [r["orphan_alive"] or r["child_alive"] for r in camp.results] == [False] * 4
+    finally:
+        orphan.kill()
+        orphan.wait()
