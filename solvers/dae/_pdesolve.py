@@ -22,7 +22,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from ._context import Context, context
-from ._jida import JIDA
+from ._jida import JIDA, violated
 from ._problem import DAEProblem
 from ._solution import STAT_NAMES, SaveAt, Solution, Status
 from ._stepper import integrate
@@ -93,6 +93,25 @@ def _concrete(x: Any) -> np.ndarray | None:
         return None
 
 
+def _check_vectors(solver: JIDA, problem: DAEProblem, y0: jax.Array) -> None:
+    """Per-unknown settings have one entry per unknown; a concrete ``y0`` meets the
+    constraints (IDA refuses one that does not)."""
+    for name, value in (("atol", solver.atol), ("constraints", solver.constraints)):
+        if isinstance(value, tuple) and len(value) != problem.n:
+            raise ValueError(f"JIDA({name}=...) has {len(value)} entries but {problem!r} has "
+                             f"{problem.n} unknowns; give one per unknown (or a scalar atol)")
+    if solver.constraints is None:
+        return
+    y = _concrete(y0)
+    if y is not None:
+        bad = np.flatnonzero(violated(solver.constraints, y))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"y0 violates the constraints at {bad.size} unknowns, e.g. y0[{i}] "
+                             f"= {float(y[i])!r} with code {solver.constraints[i]} (1: >= 0, "
+                             f"2: > 0, -1: <= 0, -2: < 0); start inside them")
+
+
 def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0: Any,
              yp0: Any = None, *, saveat: SaveAt | None = None, args: Any = None) -> Solution:
     """Solve the index-1 DAE ``F(t, y, y', args) = 0`` from ``t0`` to ``t1``.
@@ -139,6 +158,7 @@ def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0
     y0 = jnp.asarray(y0, dtype)
     if y0.shape != (problem.n,):
         raise ValueError(f"y0 has shape {y0.shape} but {problem!r} has {problem.n} unknowns")
+    _check_vectors(solver, problem, y0)
     if yp0 is not None:
         yp0 = jnp.asarray(yp0, dtype)
         if yp0.shape != (problem.n,):

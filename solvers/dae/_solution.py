@@ -39,6 +39,9 @@ class Status(CodedStatus):
     INITIALIZATION = (5, "the consistent initialization did not converge: the algebraic equations "
                          "have no solution near y0, or the pattern misses entries")
     NONFINITE = (6, "the residual is not finite at the initial state")
+    CONSTRAINTS = (7, "the constraints could not be met: max_convergence_failures steps in a row "
+                      "violated them by more than a small correction (IDA's IDA_CONSTR_FAIL); "
+                      "check the constraint codes, or tighten rtol/atol")
 
 
 #: The statistics every solve reports, in this order.

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from ..linear import FACTOR, KEEP, REFACTOR
 from ._context import Context
 from ._initialize import initialize
+from ._jida import violated
 from ._newton import correct, wrms
 from ._solution import STAT_NAMES, Status
 
@@ -126,6 +127,29 @@ def _interpolate(K: int, t, tn, psi, phi, kord):
     return _combine(coef, phi)
 
 
+def _enforce(constraints: tuple[int, ...], ee, y, y_last, ewt, tol):
+    """IDA's constraint check after a converged corrector (``IDANls``).
+
+    Where ``y`` violates a constraint, the correction ``v`` moves it onto the bound (0, or
+    ``0.1 / ewt`` inside it for a strict one). A small ``v`` (weighted norm at most the
+    corrector's ``tol``) is applied; a larger one fails the attempt, and the step is to be cut by
+    ``eta = max(0.9 min(y_last / (y_last - y)), 0.1)`` over the violated unknowns.
+    Returns the (corrected) ``ee``, whether the attempt failed, and ``eta``.
+    """
+    c = jnp.asarray(constraints, y.dtype)
+    mask = violated(constraints, sg(y))
+    target = jnp.where(jnp.abs(c) > 1.5, 0.1 * c / ewt, 0.0)
+    v = jnp.where(mask, y - target, 0.0)
+    small = wrms(sg(v), ewt) <= tol
+    ee = jnp.where(small, ee - v, ee)
+    y, y_last = sg(y), sg(y_last)
+    gap = jnp.where(mask, y_last - y, 0.0)
+    quotient = jnp.where(gap != 0, y_last / jnp.where(gap != 0, gap, 1.0), jnp.inf)
+    eta = jnp.maximum(0.9 * jnp.min(quotient), 0.1)
+    eta = jnp.where(jnp.isfinite(eta), eta, 0.25)
+    return ee, jnp.any(mask) & ~small, sg(eta)
+
+
 def integrate(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0: jax.Array,
               t1: jax.Array, ts: jax.Array) -> tuple[jax.Array, _Stats, jax.Array]:
     """Solve from ``t0`` to ``t1``; returns the states at ``ts``, the statistics and the status
@@ -142,8 +166,11 @@ def integrate(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0:
     alg = jnp.asarray(ctx.algebraic)
     emask = jnp.where(alg, 0.0, 1.0).astype(dtype) if s.suppress_algebraic else 1.0
 
+    atol = jnp.asarray(s.atol, dtype)   # a scalar or one per unknown
+    constraints = s.constraints if s.constraints is not None and any(s.constraints) else None
+
     def weights(y):
-        return 1.0 / (s.rtol * jnp.abs(sg(y)) + s.atol)
+        return 1.0 / (s.rtol * jnp.abs(sg(y)) + atol)
 
     # --- consistent initial values ---------------------------------------------------------
     tdist = t1 - t0
@@ -228,9 +255,16 @@ def integrate(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0:
         conv = corr.converged
         retry = ~conv & ~call
         conv_fail = ~conv & call
+        ee = corr.y - y_pred
+        if constraints is None:
+            cfail, eta_c = jnp.asarray(False), jnp.asarray(0.25, dtype)
+        else:
+            # y as IDA forms it (y_pred + ee), so the corrected phi are IDA's to the last bit
+            ee, cfail, eta_c = _enforce(constraints, ee, y_pred + ee, st.phi[0], ewt,
+                                        s.newton_tol)
+            cfail = conv & cfail
 
         # Local error test and order reduction (IDATestError).
-        ee = corr.y - y_pred
         es = sg(ee)
         w = ewt * emask
         enorm = wrms(es, w)
@@ -246,8 +280,8 @@ def integrate(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0:
                 ((k == 2) & (terkm1 <= 0.5 * terk))
         knew = jnp.where(lower, k - 1, k)
         est = jnp.where(lower, erkm1, erk)
-        err_fail = conv & ~(ck * enorm <= 1.0)  # a NaN estimate fails too
-        ok = conv & ~err_fail
+        err_fail = conv & ~cfail & ~(ck * enorm <= 1.0)  # a NaN estimate fails too
+        ok = conv & ~cfail & ~err_fail
 
         # Success (IDACompleteStep): order and step for the next step, then the phi update.
         nst = st.stats.steps + 1
@@ -278,17 +312,18 @@ def integrate(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0:
                         for j in range(K + 2))
 
         # Failure (IDAHandleNFlag): shrink h, maybe the order.
-        ncf = st.ncf + conv_fail.astype(jnp.int32)
+        nls_fail = conv_fail | cfail   # IDA counts a constraint failure as a convergence failure
+        ncf = st.ncf + nls_fail.astype(jnp.int32)
         nef = st.nef + err_fail.astype(jnp.int32)
         k_e = jnp.where(nef <= 2, knew, 1)
         rr_e = jnp.where(nef == 1, jnp.clip(0.9 * (2.0 * est + 1e-4) ** (-1.0 / (k_e + 1.0)),
                                             0.25, 0.9), 0.25)
-        rr_f = jnp.where(err_fail, rr_e, 0.25)
+        rr_f = jnp.where(err_fail, rr_e, jnp.where(cfail, eta_c, 0.25))
         h_fail = h * rr_f
         k_fail = jnp.where(err_fail, k_e, k)
         first = st.stats.steps == 0
         psi_fail = jnp.where(first, st.psi.at[0].set(h_fail), st.psi)
-        shrink1 = first & (conv_fail | err_fail)
+        shrink1 = first & (nls_fail | err_fail)
         phi_fail = tuple(jnp.where(shrink1, rr_f * row, row) if j == 1 else row
                          for j, row in enumerate(st.phi))
 
@@ -310,18 +345,20 @@ def integrate(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0:
         code = jnp.select(
             [ok & last, ok & (nst >= s.max_steps),
              conv_fail & (ncf >= s.max_convergence_failures),
+             cfail & (ncf >= s.max_convergence_failures),
              err_fail & (nef >= s.max_error_failures),
-             (conv_fail | err_fail) & tiny_h],
+             (nls_fail | err_fail) & tiny_h],
             [Status.SUCCESS.code, Status.MAX_STEPS.code, Status.CONVERGENCE.code,
-             Status.ERROR_TEST.code, Status.STEP_TOO_SMALL.code], -1).astype(jnp.int32)
+             Status.CONSTRAINTS.code, Status.ERROR_TEST.code, Status.STEP_TOO_SMALL.code],
+            -1).astype(jnp.int32)
 
         st_stats = st.stats
         i32 = lambda b: b.astype(jnp.int32)  # noqa: E731
         stats = _Stats(
             steps=st_stats.steps + i32(ok),
-            rejected_steps=st_stats.rejected_steps + i32(conv_fail | err_fail),
+            rejected_steps=st_stats.rejected_steps + i32(nls_fail | err_fail),
             error_test_failures=st_stats.error_test_failures + i32(err_fail),
-            convergence_failures=st_stats.convergence_failures + i32(conv_fail),
+            convergence_failures=st_stats.convergence_failures + i32(nls_fail),
             newton_iterations=st_stats.newton_iterations + corr.iterations,
             factorizations=st_stats.factorizations + i32(call),
             pivoting_factorizations=st_stats.pivoting_factorizations + i32(call & st.pivot),
