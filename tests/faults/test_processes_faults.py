@@ -115,7 +115,6 @@ def test_a_resume_right_after_a_driver_kill_runs_no_task_twice_at_once(tmp_path)
     assert len(killed) >= 2
     for task in killed:  # the interrupted attempt, then the one that finished
         assert len(runs[task]) >= 2, runs[task]
-        assert tasks[task]["interruptions"] >= 1
     for task, spans in runs.items():
         for (_, last, pid), (first, _, _) in zip(spans, spans[1:]):
             assert last < first, f"task {task}: an attempt in pid {pid} still ran when the " \
