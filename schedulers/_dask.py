@@ -1,31 +1,57 @@
-"""The dask scheduler: an existing dask cluster, or an embedded `LocalCluster` on loopback.
+"""The dask scheduler: an existing dask cluster, or a private embedded `LocalCluster`.
+
+The embedded cluster listens on 127.0.0.1 only and speaks TLS with a certificate made for the
+run (`distributed.security.Security.temporary()`): a process without it cannot connect to the
+scheduler or the workers. A cluster of the user's own keeps its own security settings.
 
 Small tasks are sent in batches sized so that one batch runs for about ``batch_seconds``, which
-keeps dask's per-task overhead below raw ``client.map``; outcomes stream back with
-``as_completed``; a lost worker (``KilledWorker``, a closed connection) loses its batch's tasks,
-which the engine records interrupted and runs again.
+keeps dask's per-task overhead below raw ``client.map``; ``fn`` travels with every batch
+(pickled once), so it survives the loss of every worker. A batch tells the driver which task
+it starts (`schedulers._dask_batch`), and a task is reported started only then. When a batch
+is lost (its worker died, dask cancelled it), its tasks go back to the queue without an
+interruption; those that may have been running when the worker died run again one per batch,
+and a task that was lost while it ran alone in its batch is reported lost: the engine records
+it interrupted, and only such a task spends its ``max_interruptions``.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import logging
 import os
 import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ._base import Scheduler
-from ._dask_batch import run_batch
+from ._dask_batch import BatchFn, run_batch
 from ._devices import normalize_groups
-from ._events import ErrorInfo, Outcome, OutcomeKind, Placement, Report, Started, Task
+from ._events import Event, ErrorInfo, Outcome, OutcomeKind, Placement, Report, Started, Task
 from ._host import HOST
 
 logger = logging.getLogger(__name__)
 
 #: dask settings for many small tasks: measured 4x faster than the default worker-saturation.
 FAST_CONFIG = {"distributed.scheduler.worker-saturation": float("inf")}
+#: The clusters this scheduler starts also report a batch whose worker died at once (dask's
+#: default would run it up to 3 times more itself, unseen, the task that kills its worker too):
+#: this scheduler decides what runs again.
+OWN_CLUSTER_CONFIG = {**FAST_CONFIG, "distributed.scheduler.allowed-failures": 0}
+_DRIVER = Placement(HOST, 0, "dask", None)
+
+
+@dataclass
+class _Batch:
+    """A batch in flight: its tasks, where it started (once it said so), how far it got."""
+
+    tasks: list[Task]
+    where: Placement | None = None
+    reached: int = -1  # the index of the last task known to have started
+    at: float = 0.0  # when that task started
 
 
 class DaskScheduler(Scheduler):
@@ -36,8 +62,11 @@ class DaskScheduler(Scheduler):
             to it and the resource ``GPU=1``; tasks then need ``GPU=1``, so a GPU task waits for a
             GPU worker. With an existing cluster, start its GPU workers with
             ``--resources GPU=1``.
-        client: a `distributed.Client` to use (not closed at the end).
-        scheduler_address: the address of a running dask scheduler (``tcp://host:8786``).
+        client: a `distributed.Client` to use (not closed at the end); it keeps its security.
+        scheduler_address: the address of a running dask scheduler (``tls://host:8786``).
+        security: a `distributed.security.Security` for ``scheduler_address`` (None: dask's
+            configuration, ``distributed.comm.tls``), or for the embedded cluster (None or
+            True: a temporary certificate made for the run).
         workers: number of embedded worker processes (default: CPU count), 1 thread each.
         batch_seconds: the run time aimed at for one batch of small tasks.
         max_batch: the largest batch.
@@ -48,22 +77,28 @@ class DaskScheduler(Scheduler):
     run_batch = staticmethod(run_batch)
 
     def __init__(self, device_groups: Any = None, *, client: Any = None,
-                 scheduler_address: str | None = None, workers: int | None = None,
-                 batch_seconds: float = 0.3, max_batch: int = 1000):
+                 scheduler_address: str | None = None, security: Any = None,
+                 workers: int | None = None, batch_seconds: float = 0.3, max_batch: int = 1000):
         if client is not None and scheduler_address is not None:
             raise ValueError("give client= or scheduler_address=, not both")
         if workers is not None and (client is not None or scheduler_address is not None):
             raise ValueError("workers= sizes the embedded cluster; an existing cluster has its own")
+        if client is not None and security is not None:
+            raise ValueError("a Client keeps the security it was made with; drop security= or "
+                             "pass scheduler_address= with it instead of client=")
         self.groups = normalize_groups(device_groups)
         self.client = client
         self.scheduler_address = scheduler_address
+        self.security = security
         self.workers = workers or os.cpu_count() or 1
         self.batch_seconds = batch_seconds
         self.max_batch = max_batch
         self._batch_size = 1
         self._threads = 1
         self._buffer: list[Task] = []
-        self._batches: dict[str, list[Task]] = {}
+        self._batches: dict[str, _Batch] = {}
+        self._started: set[str] = set()  # tasks whose Started was reported, no outcome yet
+        self._alone: set[str] = set()  # tasks that run one per batch
         self._lock = threading.Lock()
         self._owned: list[Any] = []
         self._mean = 0.0
@@ -81,44 +116,49 @@ class DaskScheduler(Scheduler):
         super().start(fn, report)
         if self.client is None:
             if self.scheduler_address is not None:
-                self.client = Client(self.scheduler_address)
+                self.client = Client(self.scheduler_address, security=self.security)
             else:
-                with dask.config.set(FAST_CONFIG):
+                with dask.config.set(OWN_CLUSTER_CONFIG):
                     cluster = self._embedded_cluster()
                     self._owned.append(cluster)
-                    self.client = Client(cluster)
+                    self.client = Client(cluster, security=cluster.security)
                 print(f"dask dashboard: {self.client.dashboard_link}", file=sys.stderr)
             self._owned.insert(0, self.client)
         self._threads = max(1, sum(self.client.nthreads().values()))
         self._resources = {"GPU": 1} if self.groups is not None else None
-        self._fn = self._share(fn)
+        self._topic = f"campaign-starts-{uuid.uuid4().hex}"
+        self._fn = BatchFn.wrap(fn, self._topic)
         self._completed = as_completed(loop=self.client.loop)  # the loop of our futures
         self._have_work = threading.Event()
         self._stopping = False
+        self.client.subscribe_topic(self._topic, self._on_start)
         self._monitor = threading.Thread(target=self._watch, name="dask-monitor", daemon=True)
         self._monitor.start()
 
-    def _share(self, fn: Callable[[Any], Any]) -> Any:
-        """``fn`` as each batch refers to it: sent once to every worker."""
-        [future] = self.client.scatter([fn], broadcast=True, hash=False)
-        return future
-
     def _embedded_cluster(self) -> Any:
         from distributed import LocalCluster, Nanny, Scheduler as DaskScheduler_, SpecCluster
+        from distributed.security import Security
 
+        refuse_unguarded_main()
+        security = (Security.temporary() if self.security in (None, True)
+                    else self.security)
+        protocol = "tls://" if security.require_encryption else "tcp://"
         if self.groups is None:
             return LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                host="127.0.0.1", dashboard_address="127.0.0.1:0")
+                                host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                                protocol=protocol, security=security)
         workers = {
             f"group-{i}": {"cls": Nanny, "options": {
                 "nthreads": 1, "host": "127.0.0.1", "resources": {"GPU": 1},
+                "protocol": protocol, "security": security,
                 "env": {"CUDA_VISIBLE_DEVICES": ",".join(map(str, g)),
                         "DIFFSOUP_DEVICE_GROUP": ",".join(map(str, g))}}}
             for i, g in enumerate(self.groups)
         }
         scheduler = {"cls": DaskScheduler_,
-                     "options": {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"}}
-        return SpecCluster(workers=workers, scheduler=scheduler)
+                     "options": {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0",
+                                 "protocol": protocol, "security": security}}
+        return SpecCluster(workers=workers, scheduler=scheduler, security=security)
 
     def stop(self) -> None:
         self._stopping = True
@@ -130,9 +170,11 @@ class DaskScheduler(Scheduler):
             fut.cancel()
         if hasattr(self, "_monitor"):
             self._monitor.join(timeout=10)
-        release = getattr(getattr(self, "_fn", None), "release", None)
-        if release is not None:  # a scattered fn: released before its workers go away
-            release()
+        if hasattr(self, "_topic"):
+            try:
+                self.client.unsubscribe_topic(self._topic)
+            except Exception as exc:  # a closed client: nothing left to hear
+                logger.debug("unsubscribing %s: %s", self._topic, exc)
         for thing in self._owned:
             try:
                 thing.close()
@@ -146,21 +188,57 @@ class DaskScheduler(Scheduler):
             self.flush()
 
     def flush(self) -> None:
-        while self._buffer:
-            batch, self._buffer = (self._buffer[:self._batch_size],
-                                   self._buffer[self._batch_size:])
+        tasks, self._buffer = self._buffer, []
+        self._send(tasks)
+
+    def _send(self, tasks: list[Task], alone: bool = False) -> None:
+        """Submit ``tasks`` in batches (one per batch: those that run alone, or all of them)."""
+        with self._lock:
+            single = [t for t in tasks if alone or t.task_id in self._alone]
+            rest = [t for t in tasks if not (alone or t.task_id in self._alone)]
+        size = self._batch_size
+        batches = [rest[i:i + size] for i in range(0, len(rest), size)] + [[t] for t in single]
+        for batch in batches:
             key = f"campaign-batch-{uuid.uuid4().hex}"
+            with self._lock:  # known before its worker can tell of its start
+                self._batches[key] = _Batch(batch)
             future = self.client.submit(self.run_batch, self._fn,
                                         [(t.task_id, t.attempt, t.item) for t in batch],
                                         key=key, pure=False, resources=self._resources)
-            now = time.time()
-            where = Placement(HOST, 0, "dask", None)
-            for task in batch:
-                self.report(Started(task.task_id, task.attempt, where, now))
             with self._lock:
-                self._batches[key] = batch
                 self._completed.add(future)
                 self._have_work.set()
+
+    # ------------------------------------------------------------------ starts
+    def _on_start(self, event: tuple[float, dict[str, Any]]) -> None:
+        """A batch says which task it starts (on the client's event loop, in order with the
+        batch's outcome): report it and those before it in the batch as started."""
+        message = event[1]
+        with self._lock:
+            batch = self._batches.get(message.get("key"))
+            if batch is None or self._stopping:  # collected already, or not ours to report
+                return
+            index = int(message["index"])
+            if batch.where is None:
+                host, pid, worker, group = message["where"]
+                batch.where = Placement(host, pid, worker,
+                                        None if group is None else tuple(group))
+            if index <= batch.reached:
+                return
+            started = self._started_events(batch.tasks[batch.reached + 1:index + 1],
+                                           batch.where, message["time"])
+            batch.reached, batch.at = index, message["time"]
+            if started:
+                self.report(started)
+
+    def _started_events(self, tasks: list[Task], where: Placement, at: float) -> list[Event]:
+        """`Started` for those of ``tasks`` not reported started yet (call with the lock)."""
+        events: list[Event] = []
+        for task in tasks:
+            if task.task_id not in self._started:
+                self._started.add(task.task_id)
+                events.append(Started(task.task_id, task.attempt, where, at))
+        return events
 
     # ------------------------------------------------------------------ outcomes
     def _watch(self) -> None:
@@ -177,31 +255,101 @@ class DaskScheduler(Scheduler):
                     self._have_work.clear()
 
     def _collect(self, future: Any) -> None:
-        with self._lock:
-            batch = self._batches.pop(future.key)
-        if future.status == "finished":
-            (host, pid, worker, group), outcomes = future.result()
-            # Release before reporting: a worker lost after this point must not make dask run
-            # a batch again whose outcomes are already being recorded.
-            future.release()
-            where = Placement(host, pid, worker, group)
-            for task_id, attempt, how, value, begun, ended in outcomes:
-                kind = OutcomeKind.RESULT if how == "result" else OutcomeKind.ERROR
-                self.report(Outcome(task_id, attempt, kind, where, begun, ended,
-                                    result=value if how == "result" else None,
-                                    error=value if how == "error" else None))
-            self._learn(outcomes)
-        else:
-            exc = future.exception() if future.status == "error" else None
-            cause = (f"{type(exc).__name__}: {exc}" if exc is not None
-                     else f"the batch was {future.status}")
-            logger.warning("a dask batch of %d task(s) was lost (%s)", len(batch), cause)
-            now = time.time()
-            for task in batch:
-                self.report(Outcome(task.task_id, task.attempt, OutcomeKind.LOST,
-                                    Placement(HOST, 0, "dask", None), now, now,
-                                    error=ErrorInfo("WorkerLost", f"dask lost the task: {cause}")))
+        result = exc = None
+        status = future.status
+        if status == "finished":
+            try:
+                result = future.result()
+            except Exception as error:  # lost while fetched, or the result will not unpickle
+                status, exc = "error", error
+        elif status == "error":
+            exc = future.exception()
+        # Release before reporting: a worker lost after this point must not make dask run
+        # a batch again whose outcomes are already being recorded.
         future.release()
+        again: list[tuple[list[Task], bool]] = []
+        with self._lock:
+            batch = self._batches.pop(future.key, None)
+            if batch is None or self._stopping:
+                return
+            if result is not None:
+                events = self._outcomes(batch, *result)
+            else:
+                events = self._lost(batch, status, exc, again)
+            if events:
+                self.report(events)
+        for tasks, alone in again:
+            if not self._stopping:
+                self._send(tasks, alone)
+
+    def _outcomes(self, batch: _Batch, where: tuple, outcomes: list) -> list[Event]:
+        host, pid, worker, group = where
+        placement = Placement(host, pid, worker, group)
+        events: list[Event] = []
+        by_id = {t.task_id: t for t in batch.tasks}
+        for task_id, attempt, how, value, begun, ended in outcomes:
+            events += self._started_events([by_id[task_id]], placement, begun)
+            kind = OutcomeKind.RESULT if how == "result" else OutcomeKind.ERROR
+            events.append(Outcome(task_id, attempt, kind, placement, begun, ended,
+                                  result=value if how == "result" else None,
+                                  error=value if how == "error" else None))
+            self._started.discard(task_id)
+            self._alone.discard(task_id)
+        self._learn(outcomes)
+        return events
+
+    def _lost(self, batch: _Batch, status: str, exc: BaseException | None,
+              again: list[tuple[list[Task], bool]]) -> list[Event]:
+        """The outcome of a batch that returned nothing (call with the lock): the events to
+        report now; what to send again goes to ``again``."""
+        from concurrent.futures import CancelledError
+
+        from distributed import KilledWorker
+
+        tasks = batch.tasks
+        cause = f"{type(exc).__name__}: {exc}" if exc is not None else f"the batch was {status}"
+        cancelled = exc is None or isinstance(exc, CancelledError)
+        if not cancelled and not isinstance(exc, (KilledWorker, OSError, TimeoutError)):
+            # Not a lost worker: the batch itself could not run (e.g. the workers lack a
+            # package) or its result does not unpickle here. Each task's error, not a loss.
+            error = ErrorInfo.from_exception(exc)
+            where = batch.where or _DRIVER
+            now = time.time()
+            events = self._started_events(tasks, where, batch.at or now)
+            for task in tasks:
+                events.append(Outcome(task.task_id, task.attempt, OutcomeKind.ERROR, where,
+                                      batch.at or now, now, error=error))
+                self._started.discard(task.task_id)
+            return events
+        if batch.where is None or cancelled:  # never started, or cancelled: queue again
+            logger.info("a dask batch of %d task(s) did not run (%s); sending it again",
+                        len(tasks), cause)
+            again.append((tasks, False))
+            return []
+        if len(tasks) == 1:  # it ran alone: it was running when its worker died
+            task, where = tasks[0], batch.where
+            logger.warning("task %r was lost with dask worker %s (pid %s on %s): %s",
+                           task.task_id, where.worker, where.pid, where.host, cause)
+            events = self._started_events(tasks, where, batch.at)
+            events.append(Outcome(task.task_id, task.attempt, OutcomeKind.LOST, where,
+                                  batch.at, time.time(), error=ErrorInfo(
+                                      "WorkerLost", f"dask worker {where.worker} (pid "
+                                      f"{where.pid} on {where.host}) died while the task "
+                                      f"ran: {cause}")))
+            self._started.discard(task.task_id)
+            self._alone.add(task.task_id)
+            return events
+        # Those before the last task known started had finished; from it on, any may have
+        # been the one running when the worker died: they run again one per batch, so that
+        # a task that kills its worker is found and only it is recorded lost.
+        reached = max(batch.reached, 0)
+        logger.warning("a dask batch of %d task(s) was lost with worker %s (%s); %d of them "
+                       "run again one per batch", len(tasks), batch.where.worker, cause,
+                       len(tasks) - reached)
+        self._alone.update(t.task_id for t in tasks[reached:])
+        again.append((tasks[:reached], False))
+        again.append((tasks[reached:], True))
+        return []
 
     def _learn(self, outcomes: list) -> None:
         """Size the next batches from the measured task durations."""
@@ -210,3 +358,48 @@ class DaskScheduler(Scheduler):
             self._mean += ((ended - begun) - self._mean) / min(self._seen, 1000)
         size = int(self.batch_seconds / max(self._mean, 1e-6))
         self._batch_size = max(1, min(self.max_batch, size))
+
+
+# ---------------------------------------------------------------------- the driver script
+def refuse_unguarded_main() -> None:
+    """Raise `RuntimeError` if the driver script starts this cluster from code that dask's
+    worker processes run again: they are spawned, and a spawned process imports the script
+    that ``python script.py`` runs (as ``__mp_main__``) before anything else. Without
+    ``if __name__ == "__main__":`` around the campaign, each worker would start it again."""
+    found = _unguarded_line()
+    if found is not None:
+        path, line = found
+        raise RuntimeError(
+            f"{path}, line {line}, starts a campaign on an embedded dask cluster outside "
+            "`if __name__ == \"__main__\":`. dask starts its workers as new Python processes "
+            "that import this script first, so each of them would run the campaign again. Put "
+            "the code that runs the campaign under `if __name__ == \"__main__\":` (or pass "
+            "client= or scheduler_address= of a cluster started elsewhere)")
+
+
+def _unguarded_line() -> tuple[str, int] | None:
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None and (name == "__main__" or name.endswith(".__main__")):
+        return None  # `python -m package`: spawned processes do not run it again
+    if name is None and getattr(main, "__file__", None) is None:
+        return None  # interactive, `python -c`, a notebook: nothing is imported again
+    frame = inspect.currentframe()
+    while frame is not None and not (frame.f_code.co_name == "<module>"
+                                     and frame.f_globals is getattr(main, "__dict__", None)):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    path, line = frame.f_code.co_filename, frame.f_lineno
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None  # no source to read: dask's own error will have to do
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.If) and node.body
+                and any(isinstance(n, ast.Name) and n.id == "__name__"
+                        for n in ast.walk(node.test))
+                and node.body[0].lineno <= line <= (node.body[-1].end_lineno or line)):
+            return None
+    return path, line

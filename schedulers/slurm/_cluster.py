@@ -75,6 +75,11 @@ class SlurmScheduler(DaskScheduler):
         death_timeout: seconds a worker waits for a lost scheduler before it exits.
         local_directory: the workers' scratch folder (dask's default: a temporary folder).
         python: the Python that runs the workers (default: ``sys.executable``).
+        security: TLS between the driver, the dask scheduler and the workers: a
+            `distributed.security.Security` (certificate files every job can read), or True
+            for a certificate made for the run, which dask-jobqueue writes to
+            ``jobqueue.slurm.shared_temp_directory`` (a folder the jobs read: set it); None:
+            dask's configuration (``distributed.comm.tls``; plain TCP by default).
         batch_seconds, max_batch: see `DaskScheduler`.
     """
 
@@ -93,7 +98,7 @@ class SlurmScheduler(DaskScheduler):
                  scheduler_options: dict[str, Any] | None = None,
                  worker_extra_args: Sequence[str] = (), death_timeout: float = 60,
                  local_directory: str | None = None, python: str | None = None,
-                 batch_seconds: float = 0.3, max_batch: int = 1000):
+                 security: Any = None, batch_seconds: float = 0.3, max_batch: int = 1000):
         super().__init__(batch_seconds=batch_seconds, max_batch=max_batch)
         if queue is not None and partition is not None and queue != partition:
             raise ValueError(f"queue={queue!r} and partition={partition!r} name the same "
@@ -149,6 +154,8 @@ class SlurmScheduler(DaskScheduler):
             "scheduler_options": {"dashboard_address": "127.0.0.1:0",
                                   **(scheduler_options or {})},
         }
+        if security is not None:
+            self.cluster_options["security"] = security
         self.cluster: Any = None
 
     @property
@@ -188,11 +195,6 @@ class SlurmScheduler(DaskScheduler):
                 scancel(job_id)
             except SlurmCommandError as exc:
                 logger.warning("could not cancel worker job %s: %s", job_id, exc)
-
-    def _share(self, fn: Callable[[Any], Any]) -> Any:
-        # Sent with every batch: workers come and go (lifetime, walltime), and a function
-        # scattered to the first workers could be lost with them.
-        return fn
 
     def _embedded_cluster(self) -> Any:
         from dask_jobqueue import SLURMCluster

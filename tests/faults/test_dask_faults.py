@@ -1,0 +1,277 @@
+"""execution="dask" under attack and under faults, with the real things: a second local process
+that tries to run code in the embedded cluster, SIGKILLs of its worker processes (all of them,
+one running a given task, one killed by its own task) and of the driver itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import distributed
+import pytest
+
+from campaign import checkpointed_map, read_ledger
+from schedulers import DaskScheduler, Outcome, OutcomeKind, Task
+from testkit import PATIENCE, PYTHON, child_env, wait_until
+
+HERE = Path(__file__).resolve().parent
+
+
+# ---------------------------------------------------------------------- task functions
+def noted(item: dict[str, Any]) -> dict[str, Any]:
+    """Note this run (``<task>.<pid>.<ns>`` in ``folder``); a ``held`` task then waits for the
+    file ``hold``; then sleep ``sleep`` seconds."""
+    (Path(item["folder"]) / f"{item['task_id']}.{os.getpid()}.{time.time_ns()}").touch()
+    if item.get("held"):
+        deadline = time.monotonic() + 300  # only a hung test waits this long
+        while not Path(item["hold"]).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{item['hold']} did not appear in 300 s")
+            time.sleep(0.01)
+    time.sleep(item["sleep"])
+    return {"pid": os.getpid()}
+
+
+def poison_or_sleep(item: dict[str, Any]) -> dict[str, Any]:
+    if item.get("poison"):
+        os._exit(3)  # kills its worker, every time
+    time.sleep(item["sleep"])
+    return {"pid": os.getpid()}
+
+
+def hangs_first_time(item: dict[str, Any]) -> dict[str, Any]:
+    """The task ``victim`` creates ``<folder>/victim.<pid>`` and sleeps (it is killed there) the
+    first time; every other run sleeps ``sleep`` seconds."""
+    if item["task_id"] == "victim" and not any(Path(item["folder"]).iterdir()):
+        (Path(item["folder"]) / f"victim.{os.getpid()}").touch()
+        time.sleep(300)
+    time.sleep(item["sleep"])
+    return {"pid": os.getpid()}
+
+
+# ---------------------------------------------------------------------- helpers
+class Beside(threading.Thread):
+    """Runs ``fn`` beside the campaign; `join` re-raises what it raised."""
+
+    def __init__(self, fn: Callable[[], None]):
+        super().__init__(daemon=True)
+        self.fn, self.error = fn, None
+
+    def run(self) -> None:
+        try:
+            self.fn()
+        except BaseException as exc:  # re-raised in the test's thread
+            self.error = exc
+
+    def join(self, timeout: float | None = PATIENCE) -> None:
+        super().join(timeout)
+        assert not self.is_alive(), "the thread beside the campaign did not finish"
+        if self.error is not None:
+            raise self.error
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def runs(folder: Path) -> dict[str, list[int]]:
+    """Task id -> the pids that began running it (from `noted`'s files)."""
+    seen: dict[str, list[int]] = {}
+    for mark in folder.iterdir():
+        tid, pid, _ = mark.name.split(".")
+        seen.setdefault(tid, []).append(int(pid))
+    return seen
+
+
+# ---------------------------------------------------------------------- privacy
+def test_other_local_processes_cannot_run_code_in_the_embedded_cluster(tmp_path):
+    marker = tmp_path / "ran-here"
+    attacker = [PYTHON, str(HERE / "dask_attacker.py")]
+    # The attack works against a cluster without TLS (so that its refusal below means it).
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  protocol="tcp://", host="127.0.0.1",
+                                  dashboard_address=None) as open_cluster:
+        with distributed.Client(open_cluster) as c:
+            [worker] = c.scheduler_info()["workers"]
+            out = subprocess.run([*attacker, open_cluster.scheduler_address, worker,
+                                  str(marker)], env=child_env(), capture_output=True,
+                                 text=True, timeout=PATIENCE)
+    assert out.returncode == 0, out.stderr
+    tried = json.loads(out.stdout)
+    assert tried["scheduler, plain client"] == tried["worker, plain tcp"] == "ran"
+    assert marker.exists()
+    marker.unlink()
+
+    outcomes: list[Any] = []
+    sched = DaskScheduler(workers=1)
+    sched.start(lambda item: {"y": item["x"] + 1}, outcomes.append)
+    try:
+        address = sched.client.scheduler.address
+        [worker] = sched.client.scheduler_info()["workers"]
+        assert address.startswith("tls://127.0.0.1:") and worker.startswith("tls://127.0.0.1:")
+        out = subprocess.run([*attacker, address, worker, str(marker)], env=child_env(),
+                             capture_output=True, text=True, timeout=PATIENCE)
+        assert out.returncode == 0, out.stderr
+        tried = json.loads(out.stdout)
+        assert len(tried) == 5 and all(v.startswith("refused") for v in tried.values()), tried
+        assert not marker.exists()
+        sched.submit(Task("t", {"x": 1}, 1))  # and the cluster still works for its user
+        sched.flush()
+        done = wait_until(lambda: [e for e in outcomes if isinstance(e, Outcome)]
+                          or [e for batch in outcomes if isinstance(batch, list)
+                              for e in batch if isinstance(e, Outcome)], "the task's outcome")
+        assert done[0].kind is OutcomeKind.RESULT and done[0].result == {"y": 2}
+    finally:
+        sched.stop()
+
+
+# ---------------------------------------------------------------------- lost workers
+def test_killing_every_worker_mid_campaign_fails_no_task(tmp_path):
+    folder, hold = tmp_path / "runs", tmp_path / "hold"
+    folder.mkdir()
+    items = [{"task_id": f"t{i:03d}", "folder": str(folder), "sleep": 0.02,
+              "held": i >= 60, "hold": str(hold)} for i in range(300)]
+    sched = DaskScheduler(workers=2)
+    killed: list[int] = []
+
+    def kill_both_while_they_run_held_tasks() -> None:
+        wait_until(lambda: sched.client is not None and len(sched.client.nthreads()) == 2,
+                   "two workers")
+        pids = set(sched.client.run(os.getpid).values())
+        wait_until(lambda: pids <= {p for tid, ps in runs(folder).items()
+                                    if int(tid[1:]) >= 60 for p in ps},
+                   "both workers inside a held task")
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        killed.extend(pids)
+        hold.touch()
+
+    killer = Beside(kill_both_while_they_run_held_tasks)
+    killer.start()
+    camp = checkpointed_map(noted, items, ledger_path=tmp_path / "l.json", execution=sched)
+    killer.join()
+    assert camp.complete and not camp.failures and len(camp.results) == 300
+    tasks = read_ledger(tmp_path / "l.json")["tasks"]
+    assert all(rec["status"] == "accepted" and rec["interruptions"] <= 1
+               for rec in tasks.values())
+    seen = runs(folder)
+    for pid in killed:  # each worker was killed inside a task, which ran again elsewhere
+        assert any(pid in seen[tid] and tasks[tid]["pid"] not in killed for tid in seen)
+    assert {rec["pid"] for rec in tasks.values()} - set(killed)  # fn reached the new workers
+
+
+def test_a_task_that_kills_its_worker_fails_alone(tmp_path):
+    items = [{"task_id": f"t{i:02d}", "sleep": 0.01, "poison": i == 5} for i in range(40)]
+    camp = checkpointed_map(poison_or_sleep, items, ledger_path=tmp_path / "l.json",
+                            execution=DaskScheduler(workers=2), max_interruptions=2)
+    tasks = read_ledger(tmp_path / "l.json")["tasks"]
+    poison = tasks.pop("t05")
+    assert poison["status"] == "failed" and poison["interruptions"] == 3
+    assert poison["error"]["type"] == "WorkerLost"
+    assert [f.task_id for f in camp.failures] == ["t05"]
+    for tid, rec in tasks.items():  # its batch-mates ran again and spent nothing
+        assert rec["status"] == "accepted" and rec["interruptions"] == 0, (tid, rec)
+
+
+def test_a_worker_killed_mid_task_leaves_an_interruption_in_the_record(tmp_path):
+    folder = tmp_path / "victim"
+    folder.mkdir()
+    items = [{"task_id": "victim", "folder": str(folder), "sleep": 0.4}]
+    items += [{"task_id": f"t{i}", "folder": str(folder), "sleep": 0.4} for i in range(5)]
+
+    def kill_the_victims_worker() -> None:
+        [mark] = wait_until(lambda: list(folder.iterdir()), "the victim to start")
+        os.kill(int(mark.name.split(".")[1]), signal.SIGKILL)
+
+    killer = Beside(kill_the_victims_worker)
+    killer.start()
+    camp = checkpointed_map(hangs_first_time, items, ledger_path=tmp_path / "l.json",
+                            execution=DaskScheduler(workers=2))
+    killer.join()
+    assert camp.complete and not camp.failures
+    victim = camp.records["victim"]
+    assert victim["attempts"] == 2 and victim["interruptions"] == 1
+    [lost] = victim["history"]
+    assert lost["status"] == "interrupted" and lost["error"]["type"] == "WorkerLost"
+    assert all(camp.records[f"t{i}"]["interruptions"] == 0 for i in range(5))
+
+
+# ---------------------------------------------------------------------- the driver
+def test_a_driver_script_without_main_guard_gets_a_clear_error(tmp_path):
+    ledger = tmp_path / "l.json"
+    out = subprocess.run([PYTHON, str(HERE / "dask_unguarded.py"), str(ledger)],
+                         env=child_env(), capture_output=True, text=True, timeout=PATIENCE)
+    assert out.returncode != 0
+    script = (HERE / "dask_unguarded.py").read_text().splitlines()
+    line = next(n for n, text in enumerate(script, 1) if text.startswith("checkpointed_map("))
+    assert f"dask_unguarded.py, line {line}, starts a campaign" in out.stderr
+    assert 'if __name__ == "__main__":' in out.stderr
+    assert "DriverBusyError" not in out.stderr and "Nanny" not in out.stderr
+    assert read_ledger(ledger)["tasks"]["a"]["status"] != "accepted"
+
+
+def test_workers_die_with_a_sigkilled_driver(tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    driver = subprocess.Popen([PYTHON, str(HERE / "dask_driver.py"), str(folder),
+                               str(tmp_path / "l.json")], env=child_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: len({m.name.split(".")[1] for m in folder.glob("*.start")}) == 2,
+                   "both workers running a task")
+        family = descendants(driver.pid)
+        workers = {int(m.name.split(".")[1]) for m in folder.glob("*.start")}
+        assert workers <= family
+        driver.send_signal(signal.SIGKILL)
+        assert driver.wait(timeout=PATIENCE) == -signal.SIGKILL
+        wait_until(lambda: not any(alive(p) for p in family), "the driver's processes to end",
+                   interval=0.1)
+        assert not list(folder.glob("*.done"))  # no task ran on to its end
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+
+
+def test_a_cluster_of_ones_own_keeps_its_security(tmp_path):
+    from distributed.security import Security
+
+    security = Security.temporary()
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  protocol="tls://", security=security, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        items = [{"task_id": f"t{i}", "sleep": 0} for i in range(3)]
+        camp = checkpointed_map(poison_or_sleep, items, ledger_path=tmp_path / "l.json",
+                                execution="dask", scheduler_address=cluster.scheduler_address,
+                                security=security)
+        assert camp.complete
+    with pytest.raises(ValueError, match="keeps the security it was made with"):
+        DaskScheduler(client=object(), security=security)
