@@ -9,6 +9,7 @@ import importlib.util
 import json
 import time
 
+import pytest
 from cli_data.cli_helpers import ROOT, campaign
 
 
@@ -20,6 +21,7 @@ def load_benchmark():
     return module
 
 
+@pytest.mark.slow
 def test_status_of_100k_tasks(tmp_path):
     ledger = tmp_path / "big.json"
     counts = load_benchmark().generate(ledger, 100_000, now=time.time())

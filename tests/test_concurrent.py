@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from campaign import Ledger, read_ledger
 from campaign._items import prepare_items
 from campaign._records import new_record
@@ -15,6 +17,7 @@ N = 1000
 TURNS = 200  # writes each in turns; the other 300 each at once
 
 
+@pytest.mark.slow
 def test_two_processes_lose_no_update_in_1000_interleaved_writes(tmp_path):
     """Two writers first take turns (each write merges the other's last one), then write at
     once, as fast as they can: no update of either is lost."""

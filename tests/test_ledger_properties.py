@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -135,7 +136,7 @@ class LedgerMachine(RuleBasedStateMachine):
 LedgerMachine.TestCase.settings = settings(max_examples=int(os.environ.get("DIFFSOUP_HYPOTHESIS_EXAMPLES", "80")),
                                            stateful_step_count=12,
                                            deadline=None)
-test_ledger_state_machine = LedgerMachine.TestCase
+test_ledger_state_machine = pytest.mark.slow(LedgerMachine.TestCase)
 
 
 @settings(max_examples=60, deadline=None)

@@ -55,7 +55,7 @@ def console_script() -> str:
     return found
 
 
-def campaign(*args: Any, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def campaign(*args: Any, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run ``campaign ARGS`` in ``cwd`` and return the finished process (text output)."""
     return subprocess.run(command(*args), cwd=cwd, env=env(), capture_output=True, text=True,
                           timeout=timeout)
