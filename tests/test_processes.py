@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from campaign import checkpointed_map, read_ledger
-from testkit import PATIENCE, PYTHON, child_env, wait_until
+from testkit import PATIENCE, PYTHON, child_env, require, wait_until
 from schedulers import normalize_groups
 
 
@@ -253,10 +253,10 @@ def policy_or_die(item):
     return {"policy": os.sched_getscheduler(0), "pid": os.getpid()}
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or os.sched_getscheduler(0) != 0,
-                    reason="scheduling policies as Linux has them, from the default one")
 def test_the_monitor_does_not_preempt_workers_and_workers_keep_the_default_policy(ledger,
                                                                                  tmp_path):
+    require(sys.platform.startswith("linux") and os.sched_getscheduler(0) == os.SCHED_OTHER,
+            "Linux scheduling policies, starting from the default one (SCHED_OTHER)")
     policies = set()
     items = [{"task_id": "die", "marker": str(tmp_path / "died")}]
     items += [{"task_id": f"t{i}"} for i in range(20)]
