@@ -89,13 +89,16 @@ def test_device_groups_become_worker_resources(ledger):
 
 @pytest.mark.slow
 def test_killed_worker_processes_tasks_rerun_nothing_run_twice_after_acceptance(tmp_path):
-    require(shutil.which("dask") is not None, "the `dask` command is not installed")
+    # the `dask` command of this interpreter's environment (a venv's, even if not activated)
+    dask = shutil.which("dask", path=os.pathsep.join([str(Path(PYTHON).parent),
+                                                      os.environ.get("PATH", "")]))
+    require(dask is not None, "the `dask` command is not installed")
     ledger, marks = tmp_path / "l.json", tmp_path / "marks"
     marks.mkdir()
     sched_file = tmp_path / "scheduler.json"
     env = child_env()  # the workers import this module's functions: same environment
     env["PYTHONPATH"] += os.pathsep + str(Path(__file__).parent)
-    procs = [subprocess.Popen(["dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
                                "--dashboard-address", "127.0.0.1:0",
                                "--scheduler-file", str(sched_file)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
@@ -103,7 +106,7 @@ def test_killed_worker_processes_tasks_rerun_nothing_run_twice_after_acceptance(
         wait_until(sched_file.exists, "the dask scheduler's file", interval=0.1)
         for _ in range(2):
             procs.append(subprocess.Popen(
-                ["dask", "worker", "--scheduler-file", str(sched_file), "--nthreads", "1",
+                [dask, "worker", "--scheduler-file", str(sched_file), "--nthreads", "1",
                  "--no-nanny", "--host", "127.0.0.1", "--death-timeout", "30"],
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         import json
