@@ -172,9 +172,10 @@ def test_array_throttle_runs_at_most_two_at_once(tmp_path):
 @pytest.mark.slow
 def test_the_end_of_an_elements_time_records_interrupted_not_failed(tmp_path):
     spec, ledger = make_campaign(tmp_path, 3, 0.01, long_task=120)
-    # one minute of walltime, SIGUSR1 55 s before its end: after about 5 s
-    job = submit(spec, "--array", "1", "--time", "1", "--signal-before-end", "55")
-    states = wait_for_job(job, timeout=120)
+    # one minute of walltime, SIGUSR1 45 s before its end: after about 15 s, when Slurm looks;
+    # the worker must have begun t000 by then (the one time-bound left: Slurm sends the signal)
+    job = submit(spec, "--array", "1", "--time", "1", "--signal-before-end", "45")
+    states = wait_for_job(job)
     assert set(states.values()) == {"COMPLETED"}, states  # it stopped in good order
     rec = read_ledger(ledger)["tasks"]["t000"]
     assert rec["status"] == "interrupted" and rec["interruptions"] == 1
