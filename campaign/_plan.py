@@ -15,7 +15,7 @@ from ._campaign import Campaign, refused_message
 from ._items import PreparedItem
 from ._jsonvalue import changed_fields
 from ._ledger import Ledger
-from ._status import ACCEPTED
+from ._status import ACCEPTED, PENDING
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +32,19 @@ class Plan:
     refused: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-def plan(ledger: Ledger, prepared: list[PreparedItem]) -> Plan:
-    """Compare the items with the ledger's records, record the new tasks as pending, put the
-    ledger in item order, note the refusals in this run's entry, and flush."""
-    tasks = ledger.tasks
+def never_started(rec: dict[str, Any]) -> bool:
+    """A record with nothing to protect: pending, no attempt ever started, no result."""
+    return rec["status"] == PENDING and not rec.get("attempts") and rec.get("result") is None
+
+
+def compare(tasks: dict[str, dict[str, Any]], prepared: list[PreparedItem]
+            ) -> tuple[Plan, dict[str, dict[str, Any]]]:
+    """What a run does with each item, given the ledger's records; reads only.
+
+    Returns the plan and the records to store: a new pending record for each task the ledger
+    does not know, and for each task that was never started whose item changed (it has no
+    result to protect, so it takes the new item and its fingerprint).
+    """
     out = Plan()
     new = {}
     for p in prepared:
@@ -43,12 +52,21 @@ def plan(ledger: Ledger, prepared: list[PreparedItem]) -> Plan:
         if rec is None:
             new[p.task_id] = _records.new_record(p.stored, p.fingerprint)
         elif rec["fingerprint"] != p.fingerprint:
-            out.refused[p.task_id] = changed_fields(rec["item"], p.stored)
-            continue
+            if not never_started(rec):
+                out.refused[p.task_id] = changed_fields(rec["item"], p.stored)
+                continue
+            new[p.task_id] = _records.new_record(p.stored, p.fingerprint)
         elif rec["status"] == ACCEPTED:
             out.kept += 1
             continue
         out.to_run.append(p)
+    return out, new
+
+
+def plan(ledger: Ledger, prepared: list[PreparedItem]) -> Plan:
+    """Compare the items with the ledger's records (`compare`), record the new tasks as
+    pending, put the ledger in item order, note the refusals in this run's entry, and flush."""
+    out, new = compare(ledger.tasks, prepared)
     listed = [{"task_id": tid, "changed": changed}
               for tid, changed in list(out.refused.items())[:REFUSED_LISTED]]
     ledger.put_many(new)

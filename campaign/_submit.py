@@ -1,15 +1,25 @@
-"""Preparing a submission for array workers: plan the tasks once, then workers claim them."""
+"""Preparing a submission for array workers: plan the tasks once, then workers claim them.
+
+`plan_submission` plans in memory and writes nothing, so that a submission whose job could not
+be submitted leaves no trace; `PlannedSubmission.record` then writes it (the new tasks pending,
+the list of tasks for `campaign worker`, the run entry with its job id).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import errno
+import fcntl
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ._errors import CampaignError
-from ._items import prepare_items
+from . import _document
+from ._array import live_leases, overlay
+from ._errors import CampaignError, DriverBusyError
+from ._items import PreparedItem, prepare_items
 from ._ledger import Ledger
-from ._plan import Plan, plan
+from ._plan import Plan, compare, plan
 from ._worker import write_task_list
 
 
@@ -22,6 +32,64 @@ class Submission:
     plan: Plan
 
 
+@dataclass
+class PlannedSubmission:
+    """A submission planned in memory: nothing is written until `record`.
+
+    ``id`` is the id the run will have in the ledger (give it to the workers); ``plan`` is what
+    the ledger holds now implies (`record` plans again under the driver's lock).
+    """
+
+    id: str
+    ledger: Path
+    plan: Plan
+    resume: bool
+    prepared: list[PreparedItem] = field(repr=False)
+    _driver: Ledger = field(repr=False)
+
+    def record(self, job: str | None = None) -> Submission:
+        """Write the submission: the new tasks pending (changed items refused, accepted tasks
+        kept), the task list the workers claim from, and a ``submitted`` run (with ``job``).
+
+        Raises `DriverBusyError` when a driver or array workers took the ledger meanwhile.
+        """
+        ledger = self._driver
+        ledger.open(resume=self.resume, execution="array")
+        try:
+            planned = plan(ledger, self.prepared)
+            write_task_list(ledger.path, ledger.run_id, [p.task_id for p in planned.to_run])
+            fields: dict[str, Any] = {"submission": ledger.run_id, "to_run": len(planned.to_run)}
+            if job is not None:
+                fields["job"] = job
+            ledger.set_run(**fields)
+        except BaseException:
+            ledger.close("crashed")
+            raise
+        ledger.close("submitted")
+        return Submission(ledger.run_id, ledger.path, planned)
+
+
+def plan_submission(items: Iterable[Mapping[str, Any]], *, ledger_path: str | Path,
+                    resume: bool = True) -> PlannedSubmission:
+    """Check the items and plan them against the ledger as it is, writing nothing: no file or
+    folder is created, so a submission that goes no further leaves no trace.
+
+    Raises the same errors as `checkpointed_map` (bad items, a foreign ledger, a live driver,
+    array workers holding tasks).
+    """
+    prepared = prepare_items(items)
+    driver = Ledger(ledger_path)
+    path = driver.path
+    _check_free(path)
+    tasks: dict[str, dict[str, Any]] = {}
+    if resume and path.exists():
+        tasks = overlay(_document.read(path), path)["tasks"]
+    elif path.exists():
+        _document.read(path)  # a foreign ledger is refused, even when it would be replaced
+    planned, _ = compare(tasks, prepared)
+    return PlannedSubmission(driver.run_id, path, planned, resume, prepared, driver)
+
+
 def prepare_submission(items: Iterable[Mapping[str, Any]], *, ledger_path: str | Path,
                        resume: bool = True) -> Submission:
     """Check the items, record the new tasks as pending (refusing changed items, keeping the
@@ -29,18 +97,34 @@ def prepare_submission(items: Iterable[Mapping[str, Any]], *, ledger_path: str |
 
     Raises the same errors as `checkpointed_map` (bad items, a foreign ledger, a live driver).
     """
-    prepared = prepare_items(items)
-    ledger = Ledger(ledger_path)
-    ledger.open(resume=resume, execution="array")
+    return plan_submission(items, ledger_path=ledger_path, resume=resume).record()
+
+
+def _check_free(path: Path) -> None:
+    """Refuse, without creating any file, a ledger that a live driver or array workers use."""
+    leases = live_leases(path)
+    if leases:
+        owner = leases[0]["owner"]
+        held = f"{len(leases)} task lease" + ("" if len(leases) == 1 else "s")
+        raise DriverBusyError(
+            f"ledger {path} is in use by array workers holding {held} (e.g. "
+            f"{owner.get('worker')} on {owner.get('host')}); wait for them to finish or cancel "
+            "their job, then submit again")
+    lock = path.with_name(path.name + ".driver")
     try:
-        planned = plan(ledger, prepared)
-        write_task_list(ledger.path, ledger.run_id, [p.task_id for p in planned.to_run])
-        ledger.set_run(submission=ledger.run_id, to_run=len(planned.to_run))
-    except BaseException:
-        ledger.close("crashed")
-        raise
-    ledger.close("submitted")
-    return Submission(ledger.run_id, ledger.path, planned)
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        raise DriverBusyError(
+            f"ledger {path} is in use by a live campaign driver; wait for it to finish, stop "
+            "it, or pass another ledger_path") from None
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def record_job(ledger: Path, submission: str, job_id: str) -> None:

@@ -107,7 +107,7 @@ def test_spec_with_unknown_key_lists_the_valid_keys(tmp_path):
     write_model(tmp_path)
     proc = campaign("run", "s.toml", cwd=tmp_path)
     assert proc.returncode == 2
-    assert "unknown key(s) 'retry'" in proc.stderr
+    assert "unknown key 'retry'" in proc.stderr
     assert "target, items, ledger, execution, retries, resume" in proc.stderr
     assert not (tmp_path / "out.json").exists()
 

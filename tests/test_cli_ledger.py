@@ -29,8 +29,8 @@ def test_status_text_and_json(finished):
     text = proc.stdout
     assert "tasks     4: 3 accepted, 1 failed" in text
     assert "ValueError: 1 (e.g. task 'b': task b diverged)" in text
-    assert "last run  finished: serial on " in text and "(1 run(s) recorded)" in text
-    assert "1 task(s) left for the next run" in text
+    assert "last run  finished: serial on " in text and "(1 run recorded)" in text
+    assert "1 task left for the next run" in text
     facts = json.loads(campaign("status", "runs.json", "--json", cwd=finished).stdout)
     assert facts["counts"] == {"pending": 0, "running": 0, "accepted": 3, "failed": 1,
                                "interrupted": 0}

@@ -28,13 +28,25 @@ EXIT_SIGTERM = 143
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: The Python API's words in library messages, and what a user of the command types instead.
+_CLI_WORDS = (("pass another ledger_path",
+               "name another ledger file (--ledger, or `ledger = ...` in the spec file)"),)
+
+
+def cli_words(message: str) -> str:
+    """A library message as the command line says it (``--ledger``, not ``ledger_path``)."""
+    for api, cli in _CLI_WORDS:
+        message = message.replace(api, cli)
+    return message
+
+
 class BadInput(click.ClickException):
     """A problem with what the user gave (a file, a target, an id): one paragraph, exit 2."""
 
     exit_code = EXIT_USAGE
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"campaign: error: {self.format_message()}", err=True)
+        click.echo(f"campaign: error: {cli_words(self.format_message())}", err=True)
 
 
 class LedgerWriteFailed(click.ClickException):
@@ -135,4 +147,5 @@ def rate(per_second: float | None) -> str:
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 task``, ``0 tasks``, ``2 tasks``; ``many``: the plural when it is not word + s."""
     return f"{n} {word if n == 1 else (many or word + 's')}"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import orjson
 
 from ._common import EXIT_FAILED, EXIT_OK, ledger_argument, plural, read_ledger, verbose_option
 
@@ -16,8 +17,12 @@ from ._common import EXIT_FAILED, EXIT_OK, ledger_argument, plural, read_ledger,
 @ledger_argument
 @click.option("--lines", "tb_lines", type=click.IntRange(min=0), default=5, show_default=True,
               metavar="N", help="Lines of the end of each traceback to show.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON list: an object per failed task (task_id, status, attempts, "
+                   "error_type, message, traceback), then one per refused task (task_id, "
+                   "status \"refused\", changed).")
 @verbose_option
-def failures_command(ledger: Path, tb_lines: int) -> int:
+def failures_command(ledger: Path, tb_lines: int, as_json: bool) -> int:
     """Every failed task with its error type, message and the end of its traceback; then the
     tasks refused in the last run (item changed) with the changed fields.
 
@@ -30,6 +35,10 @@ def failures_command(ledger: Path, tb_lines: int) -> int:
     last = doc["runs"][-1] if doc["runs"] else {}
     refused = [r for r in last.get("refused") or [] if r.get("task_id") in tasks]
     unlisted = max(0, (last.get("refused_count") or 0) - len(last.get("refused") or []))
+    if as_json:
+        click.echo(orjson.dumps(failure_objects(failed, refused),
+                                option=orjson.OPT_INDENT_2).decode())
+        return EXIT_FAILED if failed or refused or unlisted else EXIT_OK
     out: list[str] = []
     if failed:
         out.append(f"{plural(len(failed), 'failed task')}:")
@@ -60,6 +69,22 @@ def failures_command(ledger: Path, tb_lines: int) -> int:
         out += ["", note]
     click.echo("\n".join(out))
     return EXIT_FAILED
+
+
+def failure_objects(failed: list[tuple[str, dict[str, Any]]],
+                    refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``--json``: the failed tasks with their last error, then the refused ones."""
+    out: list[dict[str, Any]] = []
+    for tid, rec in failed:
+        error = rec.get("error") or {}
+        out.append({"task_id": tid, "status": "failed", "attempts": rec.get("attempts") or 0,
+                    "error_type": error.get("type"), "message": error.get("message"),
+                    "traceback": error.get("traceback"), "ended": rec.get("ended"),
+                    "host": rec.get("host"), "worker": rec.get("worker")})
+    for entry in refused:
+        out.append({"task_id": entry["task_id"], "status": "refused",
+                    "changed": entry.get("changed") or []})
+    return out
 
 
 def describe_failure(tid: str, rec: dict[str, Any], tb_lines: int) -> list[str]:

@@ -35,8 +35,7 @@ def forget_command(ledger: Path, task_ids: tuple[str, ...], statuses: tuple[str,
         shown = ", ".join(map(repr, unknown[:20])) + (" ..." if len(unknown) > 20 else "")
         raise BadInput(
             f"{plural(len(unknown), 'task id')} not in ledger {ledger}: {shown}; nothing was "
-            f"changed (see the ids with `campaign status {ledger}` or `campaign results "
-            f"{ledger}`)")
+            f"changed (list the ids with `campaign status {shlex.quote(str(ledger))} --tasks`)")
     wanted = set(task_ids)
     if not _chosen(doc["tasks"], wanted, statuses):
         click.echo(f"campaign: no {' or '.join(statuses)} task in {ledger}; nothing to forget")

@@ -51,7 +51,58 @@ def read_items(path: Path, id_field: str | None = None) -> list[dict[str, Any]]:
         raise BadInput(f"cannot read items file {path}: {exc.strerror or exc}") from None
     reader = {"json": _json_items, "jsonl": _jsonl_items, "csv": _csv_items}[kind]
     located = reader(text, path, id_field)
-    return [_with_task_id(item, where, path, id_field, raw) for item, where, raw in located]
+    items = [_with_task_id(item, where, path, id_field, raw) for item, where, raw in located]
+    _check_unique(items, [where for _, where, _ in located], path, text if kind == "json" else None)
+    return items
+
+
+def _check_unique(items: list[dict[str, Any]], wheres: list[str], path: Path,
+                  json_text: str | None) -> None:
+    """A task id used twice is bad input naming both places (lines; for a .json file the
+    line where each list element begins, and its index)."""
+    seen: dict[Any, int] = {}
+    clash = None
+    repeated = 0
+    for i, item in enumerate(items):
+        tid = item["task_id"]
+        key = (type(tid).__name__, tid) if isinstance(tid, (str, int, float, bool)) else repr(tid)
+        if key in seen:
+            repeated += 1
+            clash = clash or (seen[key], i)
+        else:
+            seen[key] = i
+    if clash is None:
+        return
+    first, second = clash
+    if json_text is not None:
+        lines = _json_element_lines(json_text)
+        where = [f"line {lines[k]}" for k in clash]
+        which = [f" (list element {k})" for k in clash]
+    else:
+        where, which = [wheres[first], wheres[second]], ["", ""]
+    more = f"; {repeated - 1} more items repeat a task_id" if repeated > 1 else ""
+    raise BadInput(
+        f"items file {path} {where[1]}: task_id {items[second]['task_id']!r}{which[1]} is also "
+        f"the task_id of {where[0]}{which[0]}; a task id may not appear more than once in the "
+        f"items: give one of them another task_id{more}")
+
+
+def _json_element_lines(text: str) -> list[int]:
+    """The line (from 1) on which each element of the top-level JSON list begins."""
+    decoder = json.JSONDecoder()
+    ws = re.compile(r"[ \t\n\r]*")
+    pos = ws.match(text, 0).end() + 1  # past "["
+    starts = []
+    while True:
+        pos = ws.match(text, pos).end()
+        if text[pos] == "]":
+            break
+        starts.append(pos)
+        _, pos = decoder.raw_decode(text, pos)
+        pos = ws.match(text, pos).end()
+        if text[pos] == ",":
+            pos += 1
+    return [text.count("\n", 0, start) + 1 for start in starts]
 
 
 def _json_items(text: str, path: Path, id_field: str | None) -> Located:

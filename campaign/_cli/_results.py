@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shlex
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -51,6 +52,7 @@ def results_command(ledger: Path, fmt: str | None, output: Path | None, with_ite
             raise BadInput(f"cannot write {output}: {exc.strerror or exc}") from None
         click.echo(f"campaign: wrote {plural(len(rows), 'result')} to {output} ({fmt})", err=True)
     _note_refused(doc, rows)
+    _note_missing(doc["tasks"], len(rows), ledger)
     return 0
 
 
@@ -109,6 +111,22 @@ def _cell(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+def _note_missing(tasks: dict[str, Any], accepted: int, ledger: Path) -> None:
+    """``note: 2 of 10 tasks have no accepted result (1 failed, 1 pending)`` on stderr."""
+    missing = len(tasks) - accepted
+    if not missing:
+        return
+    counts: dict[str, int] = {}
+    for rec in tasks.values():
+        if rec["status"] != "accepted":
+            counts[rec["status"]] = counts.get(rec["status"], 0) + 1
+    how = ", ".join(f"{n} {status}" for status, n in counts.items())
+    has = "has" if missing == 1 else "have"
+    click.echo(f"campaign: note: {missing} of {plural(len(tasks), 'task')} {has} no accepted "
+               f"result ({how}): list them with `campaign status {shlex.quote(str(ledger))} "
+               "--tasks`", err=True)
+
+
 def _note_refused(doc: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     runs = doc["runs"]
     if not runs or not runs[-1].get("refused"):
@@ -116,7 +134,8 @@ def _note_refused(doc: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     refused = {r.get("task_id") for r in runs[-1]["refused"]}
     stale = sum(1 for row in rows if row["task_id"] in refused)
     if stale:
+        whose = "result belongs to a task" if stale == 1 else "results belong to tasks"
         click.echo(
-            f"campaign: note: {plural(stale, 'result')} belong to tasks refused in the last run "
-            "(their item changed since; these results are for the recorded item, see "
-            "--with-items and `campaign failures`)", err=True)
+            f"campaign: note: {stale} {whose} refused in the last run (their item changed "
+            "since; these results are for the recorded item, see --with-items and "
+            "`campaign failures`)", err=True)

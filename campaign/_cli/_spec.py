@@ -63,8 +63,9 @@ def read_spec(path: Path) -> dict[str, Any]:
     if unknown:
         valid = ", ".join(SPEC_KEYS)
         raise BadInput(
-            f"spec file {path} has the unknown key(s) {', '.join(map(repr, unknown))}; the valid "
-            f"keys are: {valid} (see docs/cli.md)"
+            f"spec file {path} has the unknown {'key' if len(unknown) == 1 else 'keys'} "
+            f"{', '.join(map(repr, unknown))}{_table_hint(data, unknown)}; the valid keys are: "
+            f"{valid} (see docs/cli.md)"
         )
     for key, value in data.items():
         kind = SPEC_KEYS[key][0]
@@ -114,6 +115,41 @@ def resolve(target: str, flags: dict[str, Any]) -> RunConfig:
         )
     settings["items"], settings["ledger"] = Path(settings["items"]), Path(settings["ledger"])
     return RunConfig(base=base, spec=spec, **settings)
+
+
+def _table_hint(data: dict[str, Any], unknown: list[str]) -> str:
+    """`` (did you mean [options] workers = 2?)`` for a key that belongs in a table: an option
+    of a scheduler (``[options]``) or of `campaign submit` (``[array]``)."""
+    from ._submit import ARRAY_KEYS
+
+    options = scheduler_options()
+    hints = []
+    for key in unknown:
+        tables = [t for t, keys in (("options", options), ("array", ARRAY_KEYS)) if key in keys]
+        if tables:
+            hints.append(" or ".join(f"[{t}] {key} = {_toml_value(data[key])}" for t in tables))
+    return f" (did you mean {'; '.join(hints)}?)" if hints else ""
+
+
+def scheduler_options() -> set[str]:
+    """The names of the options every scheduler's constructor takes (the ``[options]`` keys)."""
+    import inspect
+
+    from schedulers import SCHEDULERS
+
+    names = set()
+    for cls in SCHEDULERS.values():
+        names.update(name for name, p in inspect.signature(cls).parameters.items()
+                     if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+    return names
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
 
 
 def _toml_type(value: Any) -> str:

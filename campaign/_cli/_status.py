@@ -2,7 +2,9 @@
 
 Reads the file without a lock (a ledger is always replaced atomically), so it works while a run
 writes the same ledger and on a copy taken to another machine. Array workers' fragments not yet
-merged are counted, and the tasks they hold are listed as running with their array element. Fast on large ledgers: one
+merged are counted, and the tasks they hold are listed as running with their array element.
+A run made by `campaign submit` is shown as its job array: the state of every element (one
+``squeue`` call), the tasks each one holds and has ended. Fast on large ledgers: one
 ``orjson.loads`` and one loop over the records.
 """
 
@@ -16,21 +18,29 @@ from typing import Any
 import click
 import orjson
 
-from ._common import duration, ledger_argument, rate, read_ledger, timestamp, verbose_option
+from ._common import (duration, ledger_argument, plural, rate, read_ledger, timestamp,
+                      verbose_option)
 
 #: Running tasks listed by the text output (``--json`` lists all).
 RUNNING_SHOWN = 20
 #: While a run is live and longer than this, throughput is measured over its last this-many s.
 WINDOW = 300.0
 _STATUSES = ("pending", "running", "accepted", "failed", "interrupted")
+#: Array elements listed by the text output (``--json`` lists all).
+ELEMENTS_SHOWN = 20
 
 
 @click.command("status", short_help="Where a campaign stands (counts, speed, ETA).")
 @ledger_argument
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the same facts.")
+@click.option("--tasks", "tasks_of", is_flag=False, flag_value="all", default=None,
+              type=click.Choice(("all",) + _STATUSES), metavar="[STATUS]",
+              help="Instead, list the task ids: TASK_ID<tab>STATUS lines by status, or with "
+                   "STATUS (e.g. --tasks failed) only those ids, one per line.")
 @verbose_option
-def status_command(ledger: Path, as_json: bool) -> int:
-    """Counts by status, attempts, failures by error type, running tasks, throughput and ETA.
+def status_command(ledger: Path, as_json: bool, tasks_of: str | None) -> int:
+    """Counts by status, attempts, failures by error type, running tasks, throughput and ETA;
+    for a `campaign submit`, its job array's elements and the tasks they run.
 
     Safe while a run is writing LEDGER, and on a copy of it.
     """
@@ -39,8 +49,17 @@ def status_command(ledger: Path, as_json: bool) -> int:
         doc = read_ledger(ledger)
     finally:
         gc.enable()
-    holders = _with_array_workers(doc, ledger)
-    facts = summarize(doc, str(ledger), time.time(), array_workers=holders)
+    leases = _with_array_workers(doc, ledger)
+    if tasks_of is not None:
+        click.echo(list_tasks(doc["tasks"], tasks_of, as_json), nl=False)
+        return 0
+    last = doc["runs"][-1] if doc["runs"] else {}
+    submitted = last.get("status") == "submitted"
+    states = job_array_states(last.get("job")) if submitted else None
+    facts = summarize(doc, str(ledger), time.time(), array_workers=len(leases),
+                      array_active=_any_active(states))
+    if submitted:
+        facts["submission"] = submission_facts(doc, ledger, leases, states)
     if as_json:
         click.echo(orjson.dumps(facts, option=orjson.OPT_INDENT_2).decode())
     else:
@@ -48,9 +67,23 @@ def status_command(ledger: Path, as_json: bool) -> int:
     return 0
 
 
-def _with_array_workers(doc: dict[str, Any], ledger: Path) -> int:
+def list_tasks(tasks: dict[str, Any], which: str, as_json: bool) -> str:
+    """``--tasks``: the ids by status (in status, then item order), or the ids of one status."""
+    by_status: dict[str, list[str]] = {s: [] for s in _STATUSES}
+    for tid, rec in tasks.items():
+        by_status[rec["status"]].append(tid)
+    if which != "all":
+        by_status = {which: by_status[which]}
+    if as_json:
+        return orjson.dumps({s: ids for s, ids in by_status.items() if ids}).decode() + "\n"
+    if which != "all":
+        return "".join(f"{tid}\n" for tid in by_status[which])
+    return "".join(f"{tid}\t{s}\n" for s, ids in by_status.items() for tid in ids)
+
+
+def _with_array_workers(doc: dict[str, Any], ledger: Path) -> list[dict[str, Any]]:
     """Overlay what array workers did since their last merge (fragments) and hold now (leases:
-    shown as running, with the array element as worker). Returns how many leases are live."""
+    shown as running, with the array element as worker). Returns the live leases."""
     from .._array import live_leases, overlay
 
     overlay(doc, ledger)
@@ -63,22 +96,25 @@ def _with_array_workers(doc: dict[str, Any], ledger: Path) -> int:
             tasks[lease["task_id"]] = dict(rec, status="running", host=owner.get("host"),
                                            pid=owner.get("pid"), worker=owner.get("worker"),
                                            started=lease["claimed"])
-    return len(leases)
+    return leases
 
 
-def summarize(doc: dict[str, Any], path: str, now: float,
-              array_workers: int = 0) -> dict[str, Any]:
-    """The facts `campaign status` shows, as plain JSON. ``array_workers``: live leases (a
-    submitted run with live leases is active)."""
+def summarize(doc: dict[str, Any], path: str, now: float, array_workers: int = 0,
+              array_active: bool = False) -> dict[str, Any]:
+    """The facts `campaign status` shows, as plain JSON. ``array_workers``: live leases;
+    ``array_active``: an element of the submission's job array is pending or running (a
+    submitted run with either is active)."""
     from .._atomic import HOST, pid_alive
 
     runs = doc["runs"]
     last = runs[-1] if runs else None
+    submitted = last is not None and last.get("status") == "submitted"
     active = last is not None and (last.get("status") == "running" or (
-        last.get("status") == "submitted" and array_workers > 0))
+        submitted and (array_workers > 0 or array_active)))
     since = (last.get("started") or 0.0) if last else 0.0
     counts = dict.fromkeys(_STATUSES, 0)
     attempts = retried = most = interruptions = ended_in_run = ended_recent = failed_before = 0
+    first_start, last_end = None, None  # of the attempts of this run that ended or run
     recent_from = now - WINDOW
     by_type: dict[str, list[Any]] = {}
     running: list[dict[str, Any]] = []
@@ -97,6 +133,11 @@ def summarize(doc: dict[str, Any], path: str, now: float,
                 ended_in_run += 1
                 if ended >= recent_from:
                     ended_recent += 1
+                begun = rec.get("started")
+                if begun is not None and (first_start is None or begun < first_start):
+                    first_start = begun
+                if last_end is None or ended > last_end:
+                    last_end = ended
             elif status == "failed":
                 failed_before += 1
             if status == "failed":
@@ -109,6 +150,9 @@ def summarize(doc: dict[str, Any], path: str, now: float,
                     entry[0] += 1
         elif status == "running":
             started = rec.get("started")
+            if started is not None and started >= since and (
+                    first_start is None or started < first_start):
+                first_start = started
             running.append({"task_id": tid, "host": rec.get("host"), "pid": rec.get("pid"),
                             "worker": rec.get("worker"), "started": started,
                             "age_s": None if started is None else max(0.0, now - started)})
@@ -117,16 +161,22 @@ def summarize(doc: dict[str, Any], path: str, now: float,
     throughput = eta = None
     if last is not None:
         alive = None
-        if active and last.get("host") == HOST:
+        if active and not submitted and last.get("host") == HOST:
             alive = pid_alive(int(last.get("pid") or -1))
-        end = now if active else (last.get("ended") or doc.get("updated") or now)
-        span = max(0.0, end - since)
+        if submitted:  # the work began with the first attempt, not when it was submitted
+            begun = first_start if first_start is not None else now
+            end = now if active else (last_end if last_end is not None else begun)
+        else:
+            begun = since
+            end = now if active else (last.get("ended") or doc.get("updated") or now)
+        span = max(0.0, end - begun)
         basis = (ended_recent, WINDOW) if active and span > WINDOW else (ended_in_run, span)
         throughput = basis[0] / basis[1] if basis[1] > 0 else None
         run_facts = {k: last.get(k) for k in ("id", "host", "pid", "execution", "status",
                                                "started", "ended", "total", "refused_count")}
         run_facts.update(driver_alive=alive, ended_tasks=ended_in_run, span_s=span,
-                         throughput_tasks=basis[0], throughput_seconds=basis[1])
+                         work_started=first_start, throughput_tasks=basis[0],
+                         throughput_seconds=basis[1])
     remaining = counts["pending"] + counts["running"] + counts["interrupted"]
     if active:
         remaining += failed_before  # failed in an earlier run: this run runs them again
@@ -145,7 +195,76 @@ def summarize(doc: dict[str, Any], path: str, now: float,
                      "interruptions": interruptions},
         "failures_by_type": failures, "running": running, "runs": len(runs), "last_run": run_facts,
         "active": active, "throughput_per_s": throughput, "remaining": remaining, "eta_s": eta,
+        "submission": None,
     }
+
+
+def job_array_states(job: str | None) -> dict[str, str] | None:
+    """The Slurm state of every element of a job array (one ``squeue`` call), or None when
+    Slurm cannot be asked from here (no Slurm commands, slurmctld not answering)."""
+    if not job:
+        return None
+    from schedulers.slurm import SlurmCommandError, job_states
+
+    try:
+        states = job_states(job)
+    except (SlurmCommandError, OSError):
+        return None
+    return {k: v for k, v in states.items() if "_" in k and "[" not in k}
+
+
+def _any_active(states: dict[str, str] | None) -> bool:
+    if not states:
+        return False
+    from schedulers.slurm import ACTIVE_STATES
+
+    return any(state in ACTIVE_STATES for state in states.values())
+
+
+def submission_facts(doc: dict[str, Any], ledger: Path, leases: list[dict[str, Any]],
+                     states: dict[str, str] | None) -> dict[str, Any]:
+    """What a `campaign submit` run is doing: its job array's elements (Slurm state, the tasks
+    each one runs now and how many it ended in this submission) and how many tasks are done."""
+    from .._worker import task_list_path
+
+    run = doc["runs"][-1]
+    since = run.get("started") or 0.0
+    job = run.get("job")
+    elements: dict[str, dict[str, Any]] = {
+        key: {"state": state, "running": [], "ended_tasks": 0}
+        for key, state in sorted((states or {}).items(), key=lambda kv: _element_order(kv[0]))}
+
+    def element(key: str) -> dict[str, Any]:  # one Slurm no longer lists (or never asked)
+        return elements.setdefault(key, {"state": None, "running": [], "ended_tasks": 0})
+
+    try:
+        to_run = orjson.loads(task_list_path(ledger, run.get("submission") or run["id"])
+                              .read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        to_run = None
+    tasks = doc["tasks"]
+    done = 0
+    for tid in to_run if to_run is not None else tasks:
+        rec = tasks.get(tid)
+        if rec is None or rec["status"] not in ("accepted", "failed"):
+            continue
+        if (rec.get("ended") or 0.0) >= since:
+            done += 1
+            worker = rec.get("worker")
+            if worker and (job is None or worker.startswith(f"{job}_")):
+                element(worker)["ended_tasks"] += 1
+    for lease in leases:
+        worker = lease["owner"].get("worker")
+        if worker and (job is None or worker.startswith(f"{job}_")):
+            element(worker)["running"].append(lease["task_id"])
+    return {"id": run.get("submission") or run["id"], "job": job,
+            "to_run": run.get("to_run", None if to_run is None else len(to_run)),
+            "done": done, "slurm_asked": states is not None, "elements": elements}
+
+
+def _element_order(key: str) -> tuple[int, str]:
+    index = key.rpartition("_")[2]
+    return (int(index), key) if index.isdigit() else (1 << 62, key)
 
 
 def render(f: dict[str, Any]) -> str:
@@ -155,32 +274,15 @@ def render(f: dict[str, Any]) -> str:
     lines = [f"ledger    {f['ledger']} (created {timestamp(f['created'])}, last written {ago})"]
     shown = ", ".join(f"{c[s]} {s}" for s in _STATUSES if c[s] or s in ("accepted", "failed"))
     lines.append(f"tasks     {f['total']}: {shown}")
-    again = (f"{a['retried_tasks']} task(s) ran more than once (at most {a['max']} times)"
-             if a["retried_tasks"] else "no task ran more than once")
-    lines.append(f"attempts  {a['total']} in all; {again}; {a['interruptions']} interruption(s)")
+    again = (f"{plural(a['retried_tasks'], 'task')} ran more than once (at most {a['max']} "
+             "times)" if a["retried_tasks"] else "no task ran more than once")
+    lines.append(f"attempts  {a['total']} in all; {again}; "
+                 f"{plural(a['interruptions'], 'interruption')}")
     run = f["last_run"]
     if run is None:
         lines.append("runs      none yet")
     else:
-        where = f"{run['execution']} on {run['host']} pid {run['pid']}"
-        state = run["status"]
-        if f["active"]:
-            state = {True: "running (driver alive)", False: "running, but its driver is gone "
-                     "(killed or crashed): `campaign run` resumes it",
-                     None: f"running (driver on host {run['host']}, not checked from here)"
-                     }[run["driver_alive"]]
-        ended = "" if run["ended"] is None else f", ended {timestamp(run['ended'])}"
-        lines.append(f"last run  {state}: {where} ({f['runs']} run(s) recorded)")
-        lines.append(f"          started {timestamp(run['started'])} "
-                     f"({duration(now - (run['started'] or now))} ago){ended}")
-        last_part = "the last " if run["throughput_seconds"] < run["span_s"] else ""
-        speed = (f"{rate(f['throughput_per_s'])} ({run['throughput_tasks']} tasks ended in "
-                 f"{last_part}{duration(run['throughput_seconds'])})")
-        if f["active"]:
-            speed += f"; ETA {duration(f['eta_s'])} for {f['remaining']} task(s) left"
-        else:
-            speed += f"; {f['remaining']} task(s) left for the next run"
-        lines.append(f"speed     {speed}")
+        lines += _run_lines(f, run, f["submission"])
     if f["failures_by_type"]:
         lines.append("failures by error type:")
         for e in f["failures_by_type"]:
@@ -195,7 +297,70 @@ def render(f: dict[str, Any]) -> str:
         if len(f["running"]) > RUNNING_SHOWN:
             lines.append(f"  and {len(f['running']) - RUNNING_SHOWN} more")
     if f["refused_last_run"]:
-        lines.append(f"refused   {f['refused_last_run']} task(s) in the last run (item changed): "
-                     f"see `campaign failures {f['ledger']}`")
+        lines.append(f"refused   {plural(f['refused_last_run'], 'task')} in the last run (item "
+                     f"changed): see `campaign failures {f['ledger']}`")
     return "\n".join(lines)
 
+
+def _run_lines(f: dict[str, Any], run: dict[str, Any], sub: dict[str, Any] | None) -> list[str]:
+    """The lines about the last run: its state, times, job array elements and speed."""
+    now = f["now"]
+    recorded = plural(f["runs"], "run")
+    if sub is not None:
+        lines = [f"last run  {_submission_state(f, sub)} ({recorded} recorded)",
+                 f"          submitted {timestamp(run['started'])} from {run['host']}"
+                 + ("" if run["work_started"] is None else
+                    f"; work began {timestamp(run['work_started'])}")]
+        lines += _element_lines(sub)
+    else:
+        state = run["status"]
+        if f["active"]:
+            state = {True: "running (driver alive)", False: "running, but its driver is gone "
+                     "(killed or crashed): `campaign run` resumes it",
+                     None: f"running (driver on host {run['host']}, not checked from here)"
+                     }[run["driver_alive"]]
+        ended = "" if run["ended"] is None else f", ended {timestamp(run['ended'])}"
+        lines = [f"last run  {state}: {run['execution']} on {run['host']} pid {run['pid']} "
+                 f"({recorded} recorded)",
+                 f"          started {timestamp(run['started'])} "
+                 f"({duration(now - (run['started'] or now))} ago){ended}"]
+    last_part = "the last " if run["throughput_seconds"] < run["span_s"] else ""
+    speed = (f"{rate(f['throughput_per_s'])} ({plural(run['throughput_tasks'], 'task')} ended "
+             f"in {last_part}{duration(run['throughput_seconds'])})")
+    if f["active"]:
+        speed += f"; ETA {duration(f['eta_s'])} for {plural(f['remaining'], 'task')} left"
+    else:
+        after = "submission" if sub is not None else "run"
+        speed += f"; {plural(f['remaining'], 'task')} left for the next {after}"
+    lines.append(f"speed     {speed}")
+    return lines
+
+
+def _submission_state(f: dict[str, Any], sub: dict[str, Any]) -> str:
+    """``job array 123 (2 elements: 1 RUNNING, 1 PENDING): 5 of 12 tasks done``."""
+    elements = sub["elements"]
+    by_state: dict[str, int] = {}
+    for e in elements.values():
+        by_state[e["state"] or "not listed by Slurm"] = \
+            by_state.get(e["state"] or "not listed by Slurm", 0) + 1
+    what = f"job array {sub['job']}" if sub["job"] else "a submission without a job"
+    if elements:
+        what += (f" ({plural(len(elements), 'element')}: "
+                 + ", ".join(f"{n} {s}" for s, n in by_state.items()) + ")")
+    if sub["job"] and not sub["slurm_asked"]:
+        what += " (Slurm not asked from here)"
+    done = f"{sub['done']} of {sub['to_run']}" if sub["to_run"] is not None else sub["done"]
+    state = "running" if f["active"] else "ended" if sub["job"] else "submitted"
+    return f"{state}: {what}: {done} tasks done in submission {sub['id']}"
+
+
+def _element_lines(sub: dict[str, Any]) -> list[str]:
+    out = []
+    for i, (key, e) in enumerate(sub["elements"].items()):
+        if i == ELEMENTS_SHOWN:
+            out.append(f"          and {len(sub['elements']) - ELEMENTS_SHOWN} more elements")
+            break
+        held = f"running {', '.join(e['running'])}; " if e["running"] else ""
+        out.append(f"{'elements' if i == 0 else '':<10}{key}  {e['state'] or '-'}  {held}"
+                   f"{plural(e['ended_tasks'], 'task')} ended")
+    return out

@@ -51,6 +51,10 @@ def submit_command(spec: str, array: str, time_limit: str | None, partition: str
     kept), then submit a job array of N elements, each running `campaign worker`, which claim
     the tasks from the ledger until none is left. Prints the job id.
 
+    Standard output holds one line: the job id, or a line starting with "nothing to run" when
+    no job was submitted. The job is submitted held and released once the ledger records it;
+    if sbatch fails, nothing is written (exit 2).
+
     Submitting again with the same command runs only what is left (failed, interrupted and
     never-run tasks). Options also come from the spec's [array] table; flags override it.
     """
@@ -70,31 +74,40 @@ def submit_command(spec: str, array: str, time_limit: str | None, partition: str
     if opts.get("time") and "signal_before_end" not in opts:
         opts["signal_before_end"] = 120
 
-    def script(submission: str) -> str:
+    def script(submission: str, hold: bool = False) -> str:
         command = [sys.executable, "-m", "campaign._cli", "worker", str(spec_path),
                    "--submission", submission, "--lease-seconds", f"{lease:g}"]
+        extra = dict(opts)
+        given = extra.get("extra_directives") or []
+        if hold and not isinstance(given, str):  # released once the ledger records it
+            extra["extra_directives"] = [*given, "--hold"]
         try:
-            return render_array_script(job_name=job_name, command=command, array=elements, log_dir=log_dir,
-                                       workdir=spec_path.parent, **opts)
+            return render_array_script(job_name=job_name, command=command, array=elements,
+                                       log_dir=log_dir, workdir=spec_path.parent, **extra)
         except (TypeError, ValueError) as exc:
             raise BadInput(str(exc)) from None
 
     if dry_run:
         click.echo(script("<submission>"), nl=False)
         return 0
-    from .._submit import prepare_submission, record_job
+    from .._submit import plan_submission
 
-    sub = prepare_submission(items, ledger_path=cfg.ledger, resume=cfg.resume)
-    if not sub.plan.to_run:
-        click.echo(f"campaign: nothing to run in {cfg.ledger}: {sub.plan.kept} accepted, "
-                   f"{len(sub.plan.refused)} refused; nothing submitted", err=True)
-        return 0 if not sub.plan.refused else 1
-    log_dir.mkdir(parents=True, exist_ok=True)
+    planned = plan_submission(items, ledger_path=cfg.ledger, resume=cfg.resume)
+    if not planned.plan.to_run:
+        refused = len(planned.plan.refused)
+        if refused:  # recorded, so that `campaign failures` lists them
+            planned.record()
+        click.echo(f"nothing to run: {planned.plan.kept} accepted, {refused} refused; no job "
+                   "submitted")
+        click.echo(f"campaign: nothing to run in {cfg.ledger}: {planned.plan.kept} accepted, "
+                   f"{refused} refused; nothing submitted", err=True)
+        return 0 if not refused else 1
+    text = script(planned.id, hold=True)  # a bad option: exit 2 before anything is written
     try:
-        job = sbatch(script(sub.id), cwd=spec_path.parent)
+        job = sbatch(text, cwd=spec_path.parent)
     except (SlurmCommandError, OSError) as exc:
-        raise BadInput(f"sbatch failed, nothing was submitted: {exc}") from None
-    record_job(cfg.ledger, sub.id, job)
+        raise BadInput(f"sbatch failed, nothing was submitted or written: {exc}") from None
+    sub = _record(planned, job, log_dir)
     click.echo(job)
     click.echo(f"campaign: submitted job array {job} ({elements}) for "
                f"{plural(len(sub.plan.to_run), 'task')} of submission {sub.id}; "
@@ -104,6 +117,41 @@ def submit_command(spec: str, array: str, time_limit: str | None, partition: str
                + f". Logs: {log_dir}. Watch: campaign status {shlex.quote(str(cfg.ledger))}",
                err=True)
     return 0
+
+
+def _record(planned: Any, job: str, log_dir: Path) -> Any:
+    """Write the submitted job (held until now) to the ledger, then release it; if writing
+    fails, cancel the job, so that nothing runs that the ledger does not know of."""
+    from schedulers.slurm import SlurmCommandError, scancel
+
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        sub = planned.record(job)
+    except BaseException:
+        try:
+            scancel(job)
+        except SlurmCommandError as exc:
+            click.echo(f"campaign: could not cancel job {job}; cancel it with `scancel {job}` "
+                       f"({exc})", err=True)
+        raise
+    _release(job)
+    return sub
+
+
+def _release(job: str) -> None:
+    """``scontrol release JOB``: the held job array may start."""
+    import subprocess
+
+    command = ["scontrol", "release", job]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BadInput(f"job {job} was submitted held and recorded in the ledger, but "
+                       f"`{' '.join(command)}` failed ({exc}); run it to start the job") from None
+    if done.returncode != 0:
+        raise BadInput(f"job {job} was submitted held and recorded in the ledger, but "
+                       f"`{' '.join(command)}` exited with code {done.returncode} "
+                       f"({done.stderr.strip()}); run it to start the job")
 
 
 def _elements(array: str) -> str:
@@ -118,7 +166,8 @@ def _elements(array: str) -> str:
 def _array_options(table: dict[str, Any], spec: Path | None, **flags: Any) -> dict[str, Any]:
     unknown = [k for k in table if k not in ARRAY_KEYS]
     if unknown:
-        raise BadInput(f"spec file {spec}: [array] has the unknown key(s) "
+        raise BadInput(f"spec file {spec}: [array] has the unknown "
+                       f"{'key' if len(unknown) == 1 else 'keys'} "
                        f"{', '.join(map(repr, unknown))}; valid keys: {', '.join(ARRAY_KEYS)}")
     opts = dict(table)
     opts.update({k: v for k, v in flags.items() if v is not None})

@@ -14,7 +14,7 @@ from ._target import load_target
 @click.option("--submission", required=True, metavar="ID",
               help="The submission to work on (printed by `campaign submit`).")
 @click.option("--lease-seconds", type=click.FloatRange(min=1), default=60.0, show_default=True,
-              help="A task whose worker stops renewing its lease for this long is claimed again.")
+              metavar="SECONDS", help="A task whose worker stops renewing its lease for this long is claimed again.")
 @click.option("--merge-every", type=click.FloatRange(min=0), default=5.0, show_default=True,
               metavar="SECONDS", help="Merge this worker's records into the ledger this often.")
 @verbose_option
