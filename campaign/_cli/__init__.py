@@ -16,6 +16,7 @@ import click
 from ._common import EXIT_FAILED, EXIT_SIGINT, EXIT_USAGE
 from ._failures import failures_command
 from ._forget import forget_command
+from ._report import report_command
 from ._results import results_command
 from ._run import run_command
 from ._status import status_command
@@ -43,6 +44,7 @@ cli.add_command(status_command)
 cli.add_command(results_command)
 cli.add_command(failures_command)
 cli.add_command(forget_command)
+cli.add_command(report_command)
 cli.add_command(submit_command)
 cli.add_command(worker_command)
 

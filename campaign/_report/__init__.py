@@ -1,0 +1,47 @@
+"""`campaign report`: one self-contained HTML page of plots about a ledger, that opens offline.
+
+``write_report(ledger, output)`` reads the ledger once (`_data`), lays out its sections and
+bokeh figures (`_page`, `_plots`) and writes the page atomically. Imports bokeh only when called.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._plots import MAX_POINTS as MAX_POINTS
+
+
+@dataclass(frozen=True)
+class Report:
+    """What `write_report` wrote: the page's path, its size in bytes, its number of plots, and
+    how many tasks the ledger holds."""
+
+    path: Path
+    size: int
+    plots: int
+    tasks: int
+
+
+def write_report(ledger: str | os.PathLike[str], output: str | os.PathLike[str], *,
+                 now: float | None = None) -> Report:
+    """Write the report page of the ledger at ``ledger`` to ``output`` (replaced atomically).
+
+    ``now``: the time the page is written for (default: the current time); it ends the bars
+    of running attempts and dates the ETA. Raises `campaign.LedgerError` when the ledger cannot
+    be read, and `OSError` when the page cannot be written."""
+    from .._atomic import atomic_write
+    from ._data import load
+    from ._page import render
+
+    now = time.time() if now is None else now
+    data = load(Path(ledger), now)
+    text, plots = render(data)
+    payload = text.encode("utf-8")
+    atomic_write(Path(output), payload)
+    return Report(path=Path(output), size=len(payload), plots=plots, tasks=len(data.task_ids))
+
+
+__all__ = ["MAX_POINTS", "Report", "write_report"]

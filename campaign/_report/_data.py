@@ -1,0 +1,243 @@
+"""The columns `campaign report` plots, taken from a ledger in one read.
+
+The ledger is read once with the public reader (`campaign.read_ledger`); array workers'
+fragments not merged yet are applied and the tasks their live leases hold are shown running, as
+`campaign status` does. Each field of the records becomes one numpy column (one list
+comprehension per field, no per-record Python function), so a million records cost a few
+seconds beyond the parse.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._status import Status
+
+#: The statuses, in the order of their integer codes in the columns.
+STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
+CODE = {s: i for i, s in enumerate(STATUSES)}
+PENDING, RUNNING, ACCEPTED, FAILED, INTERRUPTED = (CODE[s] for s in STATUSES)
+#: Per-attempt resource fields (absent from ledgers written before they were recorded).
+RESOURCES = ("cpu_s", "peak_rss_bytes", "gpu_peak_bytes")
+#: At most this many numeric result columns (and item fields) are plotted.
+MAX_COLUMNS = 12
+#: Results looked at to find the result keys (spread over the accepted tasks).
+_KEY_SAMPLE = 2000
+
+
+@dataclass
+class Attempts:
+    """Every attempt that started: the last one of each task, then its history's entries."""
+
+    task: np.ndarray  # index into `Data.task_ids`
+    number: np.ndarray  # the attempt's number (1 = first)
+    status: np.ndarray  # code into STATUSES
+    lane: np.ndarray  # index into `lanes`
+    lanes: list[str]  # worker (array element, dask worker) or "host pid N"
+    started: np.ndarray
+    ended: np.ndarray  # now for a running attempt
+    resources: dict[str, np.ndarray]  # RESOURCES -> values (nan where not recorded)
+
+
+@dataclass
+class Failure:
+    type: str
+    count: int
+    task_id: str
+    message: str
+    traceback: str
+
+
+@dataclass
+class Data:
+    """What the page shows, as arrays and small summaries."""
+
+    path: str
+    now: float
+    runs: list[dict[str, Any]]
+    facts: dict[str, Any]  # `campaign status --json`'s facts
+    task_ids: list[str]
+    status: np.ndarray
+    attempts_per_task: np.ndarray
+    started: np.ndarray  # last attempt of each task
+    ended: np.ndarray
+    duration: np.ndarray
+    attempts: Attempts
+    failures: list[Failure]
+    interruption_causes: Counter[str]
+    results: dict[str, np.ndarray] = field(default_factory=dict)  # accepted tasks only
+    item_fields: dict[str, np.ndarray] = field(default_factory=dict)  # the scatter's x axis
+    columns_left_out: int = 0
+
+
+def load(path: Path, now: float) -> Data:
+    """Read the ledger at ``path`` (with its array fragments and leases) into `Data`."""
+    from .. import read_ledger
+    from .._cli._status import summarize
+
+    gc.disable()  # a large ledger parses into millions of objects, none of them cyclic
+    try:
+        doc = read_ledger(path)
+        leases = _overlay(doc, path)
+        facts = summarize(doc, str(path), now, array_workers=leases)
+        return _columns(doc, facts, str(path), now)
+    finally:
+        gc.enable()
+
+
+def _overlay(doc: dict[str, Any], ledger: Path) -> int:
+    """Apply unmerged fragments; show tasks held by live leases as running (as `campaign
+    status` does). Returns the number of live leases."""
+    from .._array import live_leases, overlay
+
+    overlay(doc, ledger)
+    leases = live_leases(ledger)
+    tasks = doc["tasks"]
+    for lease in leases:
+        rec = tasks.get(lease["task_id"])
+        if rec is not None and rec["status"] != "accepted":
+            owner = lease["owner"]
+            tasks[lease["task_id"]] = dict(
+                rec, status="running", host=owner.get("host"), pid=owner.get("pid"),
+                worker=owner.get("worker"), started=lease["claimed"], ended=None,
+                duration=None)
+    return len(leases)
+
+
+def _floats(values: list[Any]) -> np.ndarray:
+    """A float column; None -> nan. Where something else than numbers and None is among the
+    values (a non-finite float's tag, a string, a list), anything but a number -> nan."""
+    try:  # the common case, at numpy's speed (bools and numeric strings read as numbers)
+        column = np.array(values, dtype=float)
+        if column.ndim == 1:
+            return column
+    except (TypeError, ValueError):
+        pass
+    return np.array([v if type(v) is float or type(v) is int else None for v in values],
+                    dtype=float)
+
+
+def _columns(doc: dict[str, Any], facts: dict[str, Any], path: str, now: float) -> Data:
+    tasks = doc["tasks"]
+    ids = list(tasks)
+    recs = list(tasks.values())
+    status = np.array([CODE[r["status"]] for r in recs], dtype=np.int8)
+    started = np.array([r["started"] for r in recs], dtype=float)
+    ended = np.array([r["ended"] for r in recs], dtype=float)
+    duration = np.array([r["duration"] for r in recs], dtype=float)
+    tries = np.array([r["attempts"] for r in recs], dtype=np.int64)
+    earlier = [(i, h) for i, r in enumerate(recs) if r["history"] for h in r["history"]]
+    data = Data(path=path, now=now, runs=doc["runs"], facts=facts, task_ids=ids, status=status,
+                attempts_per_task=tries, started=started, ended=ended, duration=duration,
+                attempts=_attempts(recs, status, started, ended, tries, earlier, now),
+                failures=_failures(ids, recs, status),
+                interruption_causes=_interruption_causes(recs, status, earlier))
+    accepted = np.flatnonzero(status == ACCEPTED).tolist()
+    data.results, data.columns_left_out = _numeric(
+        [recs[i]["result"] or {} for i in accepted], exclude=())
+    data.item_fields = _item_axis([recs[i]["item"] for i in accepted])
+    return data
+
+
+def _attempts(recs: list[dict[str, Any]], status: np.ndarray, started: np.ndarray,
+              ended: np.ndarray, tries: np.ndarray, earlier: list[tuple[int, dict[str, Any]]],
+              now: float) -> Attempts:
+    ran = np.flatnonzero(~np.isnan(started))
+    last = [recs[i] for i in ran.tolist()]
+    earlier = [(i, h) for i, h in earlier if h.get("started") is not None]
+    hist = [h for _, h in earlier]
+    codes: dict[Any, int] = {}
+    lane = np.array([codes.setdefault(r["worker"] or (r["host"], r["pid"]), len(codes))
+                     for r in last] + [codes.setdefault(h.get("worker") or (
+                         h.get("host"), h.get("pid")), len(codes)) for h in hist],
+                    dtype=np.int64)
+    lanes = [k if type(k) is str else f"{k[0]} pid {k[1]}" for k in codes]
+    status_codes = np.concatenate([status[ran], np.array(
+        [CODE.get(h.get("status"), INTERRUPTED) for h in hist], dtype=np.int8)])
+    end = np.concatenate([ended[ran], _floats([h.get("ended") for h in hist])])
+    end = np.where(np.isnan(end) & (status_codes == RUNNING), now, end)
+    return Attempts(
+        task=np.concatenate([ran, np.array([i for i, _ in earlier], dtype=np.int64)]),
+        number=np.concatenate([tries[ran], np.array([h.get("attempt") or 0 for h in hist],
+                                                     dtype=np.int64)]),
+        status=status_codes, lane=lane, lanes=lanes,
+        started=np.concatenate([started[ran], _floats([h.get("started") for h in hist])]),
+        ended=end,
+        resources={k: np.concatenate([_floats([r.get(k) for r in last]),
+                                      _floats([h.get(k) for h in hist])]) for k in RESOURCES})
+
+
+def _failures(ids: list[str], recs: list[dict[str, Any]], status: np.ndarray) -> list[Failure]:
+    """The failed tasks grouped by their error's type, most frequent first."""
+    groups: dict[str, Failure] = {}
+    for i in np.flatnonzero(status == FAILED).tolist():
+        error = recs[i]["error"] or {}
+        kind = error.get("type") or "?"
+        group = groups.get(kind)
+        if group is None:
+            groups[kind] = Failure(kind, 1, ids[i], error.get("message") or "",
+                                   error.get("traceback") or "")
+        else:
+            group.count += 1
+    return sorted(groups.values(), key=lambda f: -f.count)
+
+
+def _interruption_causes(recs: list[dict[str, Any]], status: np.ndarray,
+                         earlier: list[tuple[int, dict[str, Any]]]) -> Counter[str]:
+    """Interrupted attempts (last attempts and history) by their cause's error type."""
+    causes: Counter[str] = Counter()
+    for i in np.flatnonzero(status == INTERRUPTED).tolist():
+        causes[(recs[i]["error"] or {}).get("type") or "?"] += 1
+    for _, h in earlier:
+        if h.get("status") == "interrupted":
+            causes[(h.get("error") or {}).get("type") or "?"] += 1
+    return causes
+
+
+def _spread(n: int) -> list[int]:
+    """Up to _KEY_SAMPLE row indices spread evenly over ``n`` rows."""
+    return np.unique(np.linspace(0, n - 1, min(n, _KEY_SAMPLE)).astype(np.int64)).tolist()
+
+
+def _item_axis(items: list[Any]) -> dict[str, np.ndarray]:
+    """The numeric top-level item field with the most distinct values (in a sample of the
+    items), as ``{name: column}``; empty when no numeric field varies."""
+    seen: dict[str, set[float]] = {}
+    for j in _spread(len(items)) if items else []:
+        item = items[j]
+        if type(item) is dict:
+            for key, value in item.items():
+                if key != "task_id" and (type(value) is float or type(value) is int):
+                    seen.setdefault(key, set()).add(value)
+    varied = [k for k, values in seen.items() if len(values) > 1]
+    if not varied:
+        return {}
+    key = max(varied, key=lambda k: len(seen[k]))
+    return {key: _floats([i.get(key) if type(i) is dict else None for i in items])}
+
+
+def _numeric(rows: list[dict[str, Any]], exclude: tuple[str, ...]
+             ) -> tuple[dict[str, np.ndarray], int]:
+    """The numeric keys of flat dicts as float columns (at most MAX_COLUMNS; keys in the order
+    first seen in a sample of the rows); returns them and how many were left out."""
+    if not rows:
+        return {}, 0
+    keys: dict[str, None] = {}
+    for j in _spread(len(rows)):
+        for key, value in rows[j].items():
+            if key not in exclude and (type(value) is float or type(value) is int):
+                keys[key] = None
+    columns = {}
+    for key in keys:
+        column = _floats([row.get(key) for row in rows])
+        finite = column[np.isfinite(column)]
+        if finite.size and (finite.size > 1 or len(rows) == 1):
+            columns[key] = column
+    names = list(columns)
+    return {k: columns[k] for k in names[:MAX_COLUMNS]}, max(0, len(names) - MAX_COLUMNS)

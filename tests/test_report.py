@@ -1,0 +1,231 @@
+"""`campaign report`: the page of a real campaign (finished, still running, a job array with
+unmerged fragments, 100,000 generated tasks) is one self-contained file, and a real headless
+Chromium (Debian's ``chromium``) renders every plot of it without a JavaScript error.
+
+Screenshots are kept in $DIFFSOUP_REPORT_SCREENSHOTS when it is set (else in pytest's tmp).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import struct
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+
+from campaign import checkpointed_map, read_ledger
+from campaign._array import work_root
+from campaign._submit import prepare_submission
+from report_data.browser import Browser, chromium
+from report_data.report_task import run
+from testkit import PYTHON, ROOT, child_env, require, wait_until
+
+DATA = ROOT / "tests" / "report_data"
+#: Waits (in the page) until bokeh has built and finished a view of every root, then describes
+#: each: its size, its canvas and how many of its glyphs have data. Gives up after 60 s (only a
+#: broken page gets there) and says what it found.
+RENDERED = """(async () => {
+  const deadline = Date.now() + 60000;
+  const roots = () => (window.Bokeh && Bokeh.documents.length) ? Bokeh.documents[0].roots() : [];
+  const views = () => roots().map(m => Bokeh.index.get_by_id(m.id)).filter(v => v != null);
+  while (Date.now() < deadline) {
+    const r = roots(), v = views();
+    if (r.length > 0 && v.length == r.length && v.every(x => x.has_finished())) break;
+    await new Promise(done => setTimeout(done, 20));
+  }
+  return {roots: roots().length, views: views().map(v => {
+    const box = v.el.getBoundingClientRect();
+    const canvas = v.canvas_view ? v.canvas_view.el.shadowRoot.querySelector("canvas") : null;
+    return {name: v.model.name, title: v.model.title ? v.model.title.text : null,
+            width: box.width, height: box.height,
+            canvas: canvas ? [canvas.width, canvas.height] : null, finished: v.has_finished(),
+            glyphs_with_data: v.model.renderers.filter(
+              g => g.data_source && g.data_source.get_length() > 0).length};
+  })};
+})()"""
+
+
+def screenshots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("DIFFSOUP_REPORT_SCREENSHOTS") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def report(ledger: Path, page: Path) -> str:
+    """Run ``campaign report LEDGER -o PAGE``; returns what it printed."""
+    proc = subprocess.run([PYTHON, "-m", "campaign._cli", "report", str(ledger), "-o", str(page)],
+                          env=child_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def plots_in(stdout: str) -> int:
+    return int(re.search(r"\((\d+) plots", stdout).group(1))
+
+
+def status_json(ledger: Path) -> dict:
+    proc = subprocess.run([PYTHON, "-m", "campaign._cli", "status", str(ledger), "--json"],
+                          env=child_env(), capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return orjson.loads(proc.stdout)
+
+
+def assert_offline(html: str) -> None:
+    """Nothing in the page is fetched from elsewhere: no script or style by URL, no CDN."""
+    assert not re.search(r"<script[^>]*\ssrc=", html)
+    assert not re.search(r"<link[^>]*\shref=", html)
+    assert "cdn.bokeh.org" not in html and "cdn.jsdelivr" not in html.split("<body")[-1]
+
+
+def render_in_chromium(page: Path, shot: Path, plots: int) -> list[dict]:
+    """Open the page in headless Chromium (no name resolution, so nothing can be fetched),
+    check that every plot rendered and nothing was logged as an error, and take a screenshot."""
+    require(chromium() is not None, "Debian's chromium is not installed (apt-get install "
+            "chromium chromium-driver)")
+    with Browser(shot.parent / f".profile-{shot.stem}", shot.with_suffix(".log")) as browser:
+        browser.open(page.as_uri())
+        found = browser.evaluate(RENDERED)
+        browser.screenshot(shot)
+        errors = browser.errors()
+    assert errors == [], errors
+    assert found["roots"] == plots and len(found["views"]) == plots, found
+    for view in found["views"]:
+        assert view["finished"] and view["width"] > 100 and view["height"] > 100, view
+        assert view["canvas"] and min(view["canvas"]) > 0, view
+        assert view["glyphs_with_data"] >= 1, view  # no empty plot
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width == 1400 and height > 1000
+    return found["views"]
+
+
+def titles(views: list[dict]) -> str:
+    return "\n".join(v["title"] or "" for v in views)
+
+
+def test_finished_campaign_with_failures_retries_and_interruptions(tmp_path):
+    ledger = tmp_path / "fits.json"
+    items = [{"task_id": f"fit-{i:02d}", "x": i,
+              **({"fail": "ValueError"} if i % 9 == 4 else {}),
+              **({"fail": "KeyError"} if i == 7 else {}),
+              **({"flaky": str(tmp_path / "flaky")} if i == 3 else {}),
+              **({"lose": str(tmp_path / "lost")} if i == 5 else {})} for i in range(30)]
+    first = checkpointed_map(run, items, ledger_path=ledger, execution="processes", workers=2,
+                             retries=1)
+    assert {f.task_id for f in first.failures} == {"fit-04", "fit-07", "fit-13", "fit-22"}
+    checkpointed_map(run, items, ledger_path=ledger)  # a second run: the failed ones again
+    page = tmp_path / "fits.html"
+    out = report(ledger, page)
+    html = page.read_text()
+    assert_offline(html)
+    assert "(not running)" in html and "schedulers used: processes, serial" in html
+    assert "ValueError" in html and "KeyError" in html and "x = 4 is out of range" in html
+    assert "WorkerLost" in html  # the interruption's cause
+    assert "not recorded" in html  # no per-attempt CPU or memory in this ledger
+    views = render_in_chromium(page, screenshots(tmp_path) / "finished.png", plots_in(out))
+    names = titles(views)
+    for title in ("Progress", "Throughput", "Timeline: ", "Duration of attempts", "Retries",
+                  "result y", "result z", "y against item field x"):
+        assert title in names, names
+    timeline = next(v for v in views if v["title"].startswith("Timeline"))
+    attempts = sum(r["attempts"] for r in read_ledger(ledger)["tasks"].values())
+    assert f"Timeline: {attempts:,} attempts by worker" == timeline["title"]
+
+
+def test_running_campaign(tmp_path):
+    ledger, hold = tmp_path / "live.json", tmp_path / "never"
+    driver = subprocess.Popen([PYTHON, str(DATA / "driver.py"), str(ledger), "8", str(hold)],
+                              env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        def blocked():
+            if not ledger.exists():
+                return None
+            tasks = read_ledger(ledger)["tasks"]
+            statuses = [rec["status"] for rec in tasks.values()]
+            return statuses == ["accepted"] * 7 + ["running"]
+        wait_until(blocked, "the driver to accept 7 tasks and block on the 8th")
+        page = tmp_path / "live.html"
+        out = report(ledger, page)
+        html = page.read_text()
+        assert "(running)" in html and "ETA" in html and "not running" not in html
+        assert re.search(r"ETA</td><td>[^<]* for 1 task\(s\) left", html), html[-3000:]
+        views = render_in_chromium(page, screenshots(tmp_path) / "running.png", plots_in(out))
+        assert "Timeline: 8 attempts by worker" in titles(views)
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.communicate()
+
+
+def test_job_array_with_unmerged_fragments(tmp_path):
+    ledger, hold = tmp_path / "array.json", tmp_path / "never"
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f'target = "{DATA / "report_task.py"}:run"\nitems = "items.json"\n'
+                    'ledger = "array.json"\n')
+    (tmp_path / "items.json").write_text("[]")
+    items = [{"task_id": f"a{i}", "x": i, **({"hold": str(hold)} if i == 6 else {}),
+              **({"fail": "ValueError"} if i == 2 else {})} for i in range(7)]
+    sub = prepare_submission(items, ledger_path=ledger)
+    env = dict(child_env(), SLURM_ARRAY_JOB_ID="4242", SLURM_ARRAY_TASK_ID="0")
+    worker = subprocess.Popen([PYTHON, "-m", "campaign._cli", "worker", str(spec), "--submission",
+                               sub.id, "--merge-every", "3600"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        def holding():
+            facts = status_json(ledger)
+            c = facts["counts"]
+            return c["accepted"] == 5 and c["failed"] == 1 and c["running"] == 1 and facts
+        facts = wait_until(holding, "the array element to end 6 tasks and hold the 7th")
+        on_disk = read_ledger(ledger)["tasks"]  # the ledger file alone: fragments not merged
+        assert sum(r["status"] == "accepted" for r in on_disk.values()) < 5
+        assert list(work_root(ledger).glob("*/fragments/*.json"))
+        page = tmp_path / "array.html"
+        out = report(ledger, page)
+        html = page.read_text()
+        counts = re.findall(r"</span>(\w+)</td><td class=\"n\">(\d+)</td>", html)
+        assert {k: int(v) for k, v in counts} == facts["counts"]
+        assert "4242_0" in html and "schedulers used: array" in html
+        views = render_in_chromium(page, screenshots(tmp_path) / "array.png", plots_in(out))
+        assert "Timeline: 7 attempts by worker" in titles(views)
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.communicate()
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("report_bench", ROOT / "benchmarks" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_100k_tasks_are_sampled_and_the_page_stays_small(tmp_path):
+    ledger = tmp_path / "big.json"
+    counts = load_benchmark().generate(ledger, 100_000)
+    page = tmp_path / "big.html"
+    out = report(ledger, page)
+    html = page.read_text()
+    assert page.stat().st_size <= 5_000_000
+    assert "100,000 tasks" in out and "at most 20,000 points" in html
+    assert f"{counts['failed']:,}" in html and "ConvergenceError" in html
+    views = render_in_chromium(page, screenshots(tmp_path) / "big.png", plots_in(out))
+    names = titles(views)
+    assert re.search(r"Timeline: sample of 20,000 of [\d,]+ attempts", names), names
+    for title in ("CPU time of attempts", "Peak memory (RSS) of attempts",
+                  "GPU peak memory of attempts", "result energy", "D against item field"):
+        assert title in names, names
+    assert "not recorded" not in html
+
+
+def test_errors_name_the_file_and_exit_2(tmp_path):
+    proc = subprocess.run([PYTHON, "-m", "campaign._cli", "report", str(tmp_path / "nope.json"),
+                           "-o", str(tmp_path / "r.html")], env=child_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "no ledger at" in proc.stderr and "nope.json" in proc.stderr
+    assert not (tmp_path / "r.html").exists()
