@@ -1,18 +1,21 @@
 """A campaign run by tests/test_crash.py, which SIGKILLs it at random moments.
 
-Usage: python crash_child.py LEDGER CALL_LOG N_TASKS
-fn appends "<task_id> <pid>" to CALL_LOG before it works, so the test can check that no task is
-ever run again after it was seen accepted.
+Usage: python crash_child.py LEDGER CALL_LOG N_TASKS EXECUTION
+
+fn appends "<task_id> <driver pid>" to CALL_LOG before it works (from whichever process runs it),
+so the test can check that no task is ever run again after it was seen accepted.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-
 import time
 
 from campaign import checkpointed_map
+
+#: Options of each execution: two workers, as on the test machines' two cores.
+OPTIONS = {"serial": {}, "processes": {"workers": 2}, "dask": {"workers": 2}}
 
 
 def expected(i: int) -> dict:
@@ -20,17 +23,22 @@ def expected(i: int) -> dict:
 
 
 def main() -> None:
-    ledger, log, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    ledger, log, n, execution = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    driver = os.getpid()
 
     def fn(item):
-        os.write(fd, f"{item['task_id']} {os.getpid()}\n".encode())
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{item['task_id']} {driver}\n".encode())
+        finally:
+            os.close(fd)
         time.sleep(item["delay"])
         return expected(item["x"])
 
     items = [{"task_id": f"t{i:04d}", "x": i, "delay": (i % 7) * 0.002} for i in range(n)]
     print("ready", flush=True)
-    checkpointed_map(fn, items, ledger_path=ledger, commit_interval=0.002)
+    checkpointed_map(fn, items, ledger_path=ledger, commit_interval=0.002, execution=execution,
+                     **OPTIONS[execution])
     print("done", flush=True)
 
 

@@ -1,8 +1,13 @@
 """SIGKILL a running campaign at random moments, hundreds of times; nothing accepted is lost.
 
 Kills land during fn, during ledger writes (a temporary file is left behind) and between
-writes. After every kill the ledger parses, every task ever seen accepted is still accepted with
-the same result and is never run again, and resuming finishes every task.
+writes, under each execution: ``serial`` (fn in the driver), ``processes`` (the driver's
+workers die with it) and ``dask`` (an embedded cluster). After every kill the ledger parses,
+every task ever seen accepted is still accepted with the same result and is never run again,
+and resuming finishes every task.
+
+``DIFFSOUP_CRASH_KILLS`` sets the number of kills for every execution (default: `KILLS`; a
+dask driver needs seconds to start its cluster, so it gets fewer).
 """
 
 from __future__ import annotations
@@ -13,16 +18,22 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
+
 from campaign import read_ledger
-from testkit import PYTHON, child_env
+from testkit import PATIENCE, PYTHON, child_env
 
 sys.path.insert(0, str(Path(__file__).parent))
 from crash_child import expected  # noqa: E402
 
 CHILD = Path(__file__).with_name("crash_child.py")
-KILLS = int(os.environ.get("DIFFSOUP_CRASH_KILLS", "200"))
+#: Kills per execution, and when each lands: so many seconds after the driver said it is ready
+#: ("ready": kills during start-up too) or after this run's first call of fn ("call").
+KILLS = {"serial": 200, "processes": 200, "dask": 20}
+WINDOW = {"serial": ("ready", 0.25), "processes": ("ready", 0.9), "dask": ("call", 0.5)}
 TASKS = 120
 
 
@@ -51,16 +62,59 @@ def check(ledger: Path, log: Path, accepted: dict[str, dict], child_pid: int,
                 want["inf"] = {"$float": "inf"}
             assert rec["result"] == want, tid
             accepted.setdefault(tid, rec["result"])
-    for line in log.read_text().splitlines():
-        tid, pid = line.split()
-        if int(pid) == child_pid:
+    for tid, pid in calls(log):
+        if pid == child_pid:
             assert tid not in accepted_before, f"{tid} ran again after it was accepted"
 
 
-def test_sigkill_at_random_moments_loses_nothing(tmp_path):
+def calls(log: Path) -> list[tuple[str, int]]:
+    """(task id, driver pid) of every call of fn so far."""
+    if not log.exists():
+        return []
+    return [(tid, int(pid)) for tid, pid in (line.split() for line in log.read_text().splitlines())]
+
+
+def wait_to_kill(proc: subprocess.Popen, log: Path, execution: str, rng: random.Random,
+                 aim: bool) -> bool:
+    """Wait for the moment to kill ``proc``; False if it finished first. With ``aim``: the
+    moment a ledger write's temporary file is seen."""
+    if aim:
+        while not any(log.parent.glob(".ledger.json.tmp-*")):
+            if proc.poll() is not None:
+                return False
+        return True
+    after, window = WINDOW[execution]
+    if after == "call":  # a dask driver spends seconds starting its cluster: kill during tasks
+        deadline = time.monotonic() + PATIENCE
+        while not any(pid == proc.pid for _, pid in calls(log)):
+            if proc.poll() is not None:
+                return False
+            assert time.monotonic() < deadline, "the driver called fn for no task"
+            time.sleep(0.01)
+    try:
+        proc.wait(timeout=rng.uniform(0.0, window))
+    except subprocess.TimeoutExpired:
+        return True
+    return False
+
+
+def start(ledger: Path, log: Path, execution: str) -> subprocess.Popen:
+    # its own process group: whatever it leaves behind is killed with it (a worker of
+    # ``processes`` leads a group of its own and must die by itself)
+    return subprocess.Popen([PYTHON, str(CHILD), str(ledger), str(log), str(TASKS), execution],
+                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, start_new_session=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("execution", list(KILLS))
+def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution):
+    kills_wanted = int(os.environ.get("DIFFSOUP_CRASH_KILLS", KILLS[execution]))
     rng = random.Random(20261130)
-    kills = mid_write = campaigns = 0
-    while kills < KILLS:
+    kills = mid_write = campaigns = reruns = aimed = 0
+    deadline = math.inf  # for kills aimed at a write, if it comes to that
+    while kills < kills_wanted or not mid_write:
         campaigns += 1
         folder = tmp_path / f"c{campaigns}"
         folder.mkdir()
@@ -69,33 +123,44 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path):
         finished = False
         while not finished:
             before = set(accepted)
-            proc = subprocess.Popen([PYTHON, str(CHILD), str(ledger), str(log), str(TASKS)],
-                                    env=child_env(), stdout=subprocess.PIPE, text=True)
+            proc = start(ledger, log, execution)
             assert proc.stdout.readline().strip() == "ready"
-            try:
-                proc.wait(timeout=rng.uniform(0.0, 0.25))
-            except subprocess.TimeoutExpired:
+            aim = kills >= kills_wanted  # none of the random kills landed during a write
+            if aim:
+                deadline = min(deadline, time.monotonic() + PATIENCE)
+                assert time.monotonic() < deadline, \
+                    f"{kills} kills, none during a ledger write, even aimed at one"
+            if wait_to_kill(proc, log, execution, rng, aim):
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 kills += 1
+                aimed += aim
                 mid_write += any(folder.glob(".ledger.json.tmp-*"))
             else:
+                proc.wait()
                 assert proc.returncode == 0, proc.returncode
                 finished = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             proc.stdout.close()
             check(ledger, log, accepted, proc.pid, before)
-            if kills >= KILLS and not finished:  # finish this campaign without killing it
-                proc = subprocess.run([PYTHON, str(CHILD), str(ledger), str(log), str(TASKS)],
-                                      env=child_env(), capture_output=True, text=True)
-                assert proc.returncode == 0, proc.stderr
-                check(ledger, log, accepted, -1, set())
+            if kills >= kills_wanted and mid_write and not finished:  # finish it unharmed
+                before = set(accepted)
+                proc = start(ledger, log, execution)
+                assert proc.stdout.readline().strip() == "ready"
+                assert proc.wait(timeout=PATIENCE) == 0, proc.returncode
+                proc.stdout.close()
+                check(ledger, log, accepted, proc.pid, before)
                 finished = True
         tasks = read_ledger(ledger)["tasks"]
         assert len(tasks) == TASKS and all(r["status"] == "accepted" for r in tasks.values())
         assert len(accepted) == TASKS
-        calls = [line.split()[0] for line in log.read_text().splitlines()]
-        assert set(calls) == set(tasks)
+        ran = [tid for tid, _ in calls(log)]
+        assert set(ran) == set(tasks)
+        reruns += len(ran) - len(tasks)
         assert not list(folder.glob(".ledger.json.tmp-*")), "the next driver cleans up"
-    print(f"\n{kills} SIGKILLs over {campaigns} campaigns, {mid_write} during a ledger write")
-    assert kills >= KILLS
-    assert mid_write > 0, "no kill landed during a ledger write"
+    print(f"\n{execution}: {kills} SIGKILLs ({aimed} aimed at a write) over {campaigns} "
+          f"campaigns, {mid_write} during a ledger write; {campaigns * TASKS} tasks accepted, "
+          f"none lost; {reruns} calls of fn again for tasks killed before they were recorded")
