@@ -8,8 +8,16 @@ import secrets
 import socket
 from pathlib import Path
 
+from ._errors import LedgerWriteError
+
 HOST = socket.gethostname()
 TMP_MARK = ".tmp-"
+#: How long (seconds) failing ledger writes are retried before the run stops, unless the
+#: environment variable `RETRY_ENV` or ``Ledger(write_retry=)`` says otherwise.
+WRITE_RETRY = 900.0
+RETRY_ENV = "DIFFSOUP_LEDGER_WRITE_RETRY"
+#: The longest pause between two retries of a failing write (the first is 0.5 s, then doubled).
+RETRY_PAUSE_MAX = 30.0
 
 
 def tmp_name(path: Path) -> Path:
@@ -108,3 +116,70 @@ def write_error_text(exc: BaseException) -> tuple[str, str]:
         return (f"{exc}", "find the process that holds the lock file (e.g. a hung `campaign "
                 "forget` or array worker) and stop it")
     return f"{type(exc).__name__}: {exc}", "fix the cause shown"
+
+
+def write_retry_default() -> float:
+    """`WRITE_RETRY`, or the seconds given by the environment variable ``RETRY_ENV``."""
+    text = os.environ.get(RETRY_ENV, "").strip()
+    if not text:
+        return WRITE_RETRY
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ValueError(f"{RETRY_ENV}={text!r} is not a number of seconds >= 0; set it to "
+                         f"e.g. {WRITE_RETRY:.0f}, or unset it")
+    return value
+
+
+class WriteFailures:
+    """One episode of failing writes of a file: since when, how often, when to try again, and
+    the error to raise once retrying for ``window`` seconds did not help. Not thread-safe: its
+    owner holds a lock."""
+
+    def __init__(self, path: Path, window: float):
+        self.path, self.window = path, window
+        self.since: float | None = None  # monotonic time of the first failure, None if none
+        self.count = 0
+        self.last: BaseException | None = None
+        self._pause = 0.5
+
+    def failed(self, exc: BaseException, now: float) -> float | None:
+        """Note a failure; returns the monotonic time to try again, or None: give up (the
+        window is over, or ``exc`` is not an `OSError` and retrying cannot help)."""
+        if self.since is None:
+            self.since, self._pause = now, 0.5
+        self.count += 1
+        self.last = exc
+        spent = now - self.since
+        if not isinstance(exc, OSError) or spent >= self.window:
+            return None
+        retry = now + min(self._pause, self.window - spent)
+        self._pause = min(2 * self._pause, RETRY_PAUSE_MAX)
+        return retry
+
+    def ended(self, now: float) -> float:
+        """A write succeeded: the episode is over. Returns how long it lasted."""
+        spent = 0.0 if self.since is None else now - self.since
+        self.since, self.count = None, 0
+        return spent
+
+    def error(self, now: float) -> LedgerWriteError:
+        """The error that stops the run: the file, the error, what was kept, the fix."""
+        exc = self.last
+        assert exc is not None and self.since is not None
+        if not isinstance(exc, OSError):
+            message = f"writing ledger {self.path} failed, so the run was stopped: {exc}"
+        else:
+            what, fix = write_error_text(exc)
+            message = (
+                f"writing ledger {self.path} failed {self.count} time(s) over "
+                f"{now - self.since:.0f} s ({what}), so the run was stopped: no new task was "
+                "handed out after the first failed write, every task recorded before it is kept "
+                f"in the file, and the others run again on resume. Fix: {fix}, then run again "
+                f"(to wait longer for a passing error, set {RETRY_ENV} to more seconds than "
+                f"{self.window:.0f})")
+        error = LedgerWriteError(message, str(self.path), getattr(exc, "errno", None))
+        error.__cause__ = exc
+        return error

@@ -19,7 +19,7 @@ from filelock import FileLock
 from ._atomic import atomic_write
 from ._errors import LedgerError
 from ._jsonvalue import unwritable_message
-from ._records import MISSING, record_problem, run_problem
+from ._records import MISSING, records_problem, run_problem
 from ._status import FAILED, FORMAT_NAME, FORMAT_VERSION
 
 logger = logging.getLogger(__name__)
@@ -181,11 +181,11 @@ def check(doc: dict[str, Any], path: Path) -> None:
         if problem is not None:
             raise LedgerError(f"ledger {path}: runs[{index}] {_field_says(*problem)}. "
                               f"{_UNTOUCHED}")
-    for task_id, rec in tasks.items():
-        problem = record_problem(rec)
-        if problem is not None:
-            raise LedgerError(f"ledger {path}: task {task_id!r} {_field_says(*problem)}. "
-                              f"{_UNTOUCHED}")
+    found = records_problem(tasks)
+    if found is not None:
+        task_id, problem = found
+        raise LedgerError(f"ledger {path}: task {task_id!r} {_field_says(*problem)}. "
+                          f"{_UNTOUCHED}")
 
 
 _UNTOUCHED = ("The file is corrupt or was edited by hand, and was left untouched: correct it "

@@ -26,37 +26,17 @@ from filelock import FileLock, Timeout
 
 from . import _document
 from ._array import absorb_fragments, live_leases, work_root
-from ._atomic import HOST, atomic_write, pid_alive, remove_stale_tmp, write_error_text
+from ._atomic import (HOST, WriteFailures, atomic_write, pid_alive, remove_stale_tmp,
+                      write_error_text, write_retry_default)
 from ._errors import DriverBusyError, LedgerError, LedgerWriteError
 from ._records import merge
 from ._status import ACCEPTED, INTERRUPTED, RUNNING, RUNS_LIMIT
 
 logger = logging.getLogger(__name__)
 
-#: How long (seconds) failing ledger writes are retried before the run stops, unless the
-#: environment variable of `RETRY_ENV` or ``Ledger(write_retry=)`` says otherwise.
-WRITE_RETRY = 900.0
-RETRY_ENV = "DIFFSOUP_LEDGER_WRITE_RETRY"
-#: The longest pause between two retries of a failing write (the first is 0.5 s, then doubled).
-RETRY_PAUSE_MAX = 30.0
 #: At most this long (seconds) is a failing write retried when a run closes after Ctrl-C,
-#: SIGTERM or an error, so that stopping never hangs for the whole `WRITE_RETRY`.
+#: SIGTERM or an error, so that stopping never hangs for the whole write-retry window.
 CLOSE_RETRY = 10.0
-
-
-def write_retry_default() -> float:
-    """`WRITE_RETRY`, or the seconds given by the environment variable ``RETRY_ENV``."""
-    text = os.environ.get(RETRY_ENV, "").strip()
-    if not text:
-        return WRITE_RETRY
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise ValueError(f"{RETRY_ENV}={text!r} is not a number of seconds >= 0; set it to "
-                         f"e.g. {WRITE_RETRY:.0f}, or unset it")
-    return value
 
 
 class Ledger:
@@ -105,10 +85,7 @@ class Ledger:
         self._writer: threading.Thread | None = None
         self.driver = True
         self._written = threading.Condition(self._state)  # a failing episode ended
-        self._failing_since: float | None = None  # monotonic time of the first failed write
-        self._failures = 0
-        self._retry_pause = 0.5
-        self._last_error: BaseException | None = None
+        self._failures = WriteFailures(self.path, self.write_retry)
         self._gave_up: LedgerWriteError | None = None
 
     # ------------------------------------------------------------------ opening
@@ -292,7 +269,7 @@ class Ledger:
         no new task then). Raises `LedgerWriteError` once the ledger gave up."""
         if self._gave_up is not None:
             raise self._gave_up
-        return self._failing_since is None
+        return self._failures.since is None
 
     def close(self, status: str) -> None:
         """Finish this run (``finished``, ``interrupted`` ...), flush, stop the writer, unlock.
@@ -358,10 +335,9 @@ class Ledger:
             if not quiet:
                 self._failed(exc)
             return False
-        if self._failing_since is not None:
+        if self._failures.since is not None:
             with self._state:
-                spent, self._failing_since = time.monotonic() - self._failing_since, None
-                self._failures = 0
+                spent = self._failures.ended(time.monotonic())
                 self._written.notify_all()
             logger.warning("ledger %s was written again after %.0f s of failed writes; new "
                            "tasks start again", self.path, spent)
@@ -370,17 +346,12 @@ class Ledger:
     def _failed(self, exc: BaseException) -> None:
         now = time.monotonic()
         with self._state:
-            first = self._failing_since is None
-            if first:
-                self._failing_since, self._retry_pause = now, 0.5
-            self._failures += 1
-            self._last_error = exc
-            spent = now - self._failing_since
-            if not isinstance(exc, OSError) or spent >= self.write_retry:
+            first = self._failures.since is None
+            retry = self._failures.failed(exc, now)
+            if retry is None:
                 self._give_up(now)
                 return
-            self._next_commit = now + min(self._retry_pause, self.write_retry - spent)
-            self._retry_pause = min(2 * self._retry_pause, RETRY_PAUSE_MAX)
+            self._next_commit = retry
         what, _ = write_error_text(exc)
         if first:
             logger.warning("writing ledger %s failed (%s); no new task starts until a write "
@@ -391,24 +362,10 @@ class Ledger:
 
     def _give_up(self, now: float) -> None:
         """Stop retrying (the caller holds ``_state``): the error every later call raises."""
-        exc = self._last_error
-        assert exc is not None and self._failing_since is not None
-        spent = now - self._failing_since
-        if isinstance(exc, OSError):
-            what, fix = write_error_text(exc)
-            message = (
-                f"writing ledger {self.path} failed {self._failures} time(s) over {spent:.0f} s "
-                f"({what}), so the run was stopped: no new task was handed out after the first "
-                "failed write, every task recorded before it is kept in the file, and the others "
-                f"run again on resume. Fix: {fix}, then run again (to wait longer for a passing "
-                f"error, set {RETRY_ENV} to more seconds than {self.write_retry:.0f})")
-        else:
-            message = f"writing ledger {self.path} failed, so the run was stopped: {exc}"
-        self._gave_up = LedgerWriteError(message, str(self.path), getattr(exc, "errno", None))
-        self._gave_up.__cause__ = exc
+        self._gave_up = self._failures.error(now)
         run = self.run if self.driver else None
         if run is not None:  # written if a last try succeeds
-            run["error"] = message
+            run["error"] = str(self._gave_up)
             self._meta_dirty = True
         self._written.notify_all()
         self._wake.notify_all()

@@ -7,6 +7,8 @@ serialized is never half-updated.
 
 from __future__ import annotations
 
+from itertools import chain, compress
+from operator import itemgetter, methodcaller
 from typing import Any
 
 from ._status import ACCEPTED, HISTORY_LIMIT, INTERRUPTED, PENDING, RUNNING, Status
@@ -226,6 +228,68 @@ def record_problem(rec: Any) -> tuple[str, Any, str] | None:
     if rec["history"] and not all(type(entry) is dict for entry in rec["history"]):
         return ("history", rec["history"], RECORD_FIELDS["history"][1])
     return None
+
+
+def records_problem(tasks: dict[str, Any]) -> tuple[str, tuple[str, Any, str]] | None:
+    """The first invalid record of ``tasks`` as ``(task_id, (field, value, expected))``, or
+    None if every record is valid.
+
+    The whole ledger is checked column by column with C-level operations (about 0.3 us a
+    record), in chunks that bound the memory used; only a chunk that fails is checked record by
+    record (`record_problem`) to name the task and the field."""
+    ids, recs = list(tasks), list(tasks.values())
+    for begin in range(0, len(ids), _CHUNK):
+        chunk = recs[begin:begin + _CHUNK]
+        if _chunk_valid(chunk):
+            continue
+        for tid, rec in zip(ids[begin:begin + _CHUNK], chunk):
+            problem = record_problem(rec)
+            if problem is not None:
+                return tid, problem
+    return None
+
+
+_CHUNK = 2048
+_GETTERS = {key: itemgetter(key) for key in RECORD_FIELDS}
+_PREFIXED = methodcaller("startswith", "sha256:")
+_HEX_BYTES = _HEX.encode()
+
+
+def _chunk_valid(recs: list[Any]) -> bool:
+    """True if every record of ``recs`` is valid; False means: look record by record."""
+    if set(map(type, recs)) != {dict}:
+        return False
+    columns = {}
+    try:
+        for key, (kinds, _) in RECORD_FIELDS.items():
+            column = columns[key] = list(map(_GETTERS[key], recs))
+            if not kinds.issuperset(map(type, column)):
+                return False
+    except KeyError:
+        return False
+    status, fps, results = columns["status"], columns["fingerprint"], columns["result"]
+    if not _STATUSES.issuperset(status) or min(columns["attempts"]) < 0 \
+            or min(columns["interruptions"]) < 0:
+        return False
+    # each starts with "sha256:" and is 71 long: deleting every hex digit leaves "sh:" of each
+    joined = "".join(fps)
+    if set(map(len, fps)) != {71} or not all(map(_PREFIXED, fps)) or not joined.isascii() \
+            or joined.encode().translate(None, _HEX_BYTES) != b"sh:" * len(fps):
+        return False
+    if None in compress(results, map(ACCEPTED.__eq__, status)):
+        return False
+    values = list(chain.from_iterable(map(dict.values, filter(None, results))))
+    kinds = set(map(type, values))
+    if not _SCALARS.issuperset(kinds) and not (
+            _SCALARS.issuperset(kinds - {dict})
+            and all(_float_tag(v) for v in values if type(v) is dict)):
+        return False
+    for error in filter(None, columns["error"]):
+        if type(error.get("type")) is not str or type(error.get("message")) is not str:
+            return False
+    groups = chain.from_iterable(filter(None, columns["device_group"]))
+    entries = chain.from_iterable(columns["history"])
+    return {int}.issuperset(map(type, groups)) and {dict}.issuperset(map(type, entries))
 
 
 def _float_tag(value: Any) -> bool:
