@@ -42,6 +42,7 @@ _TRACEBACK = (
 _ERRORS = (("ConvergenceError", "no convergence after 500 iterations (residual 3.2e-02)"),
            ("ValueError", "temperature outside the table (T = 1210.0 K)"),
            ("FloatingPointError", "overflow in exp"))
+_LOST = ("WorkerLost", "array element 4242_3 died holding the task's lease")
 _FP = "sha256:" + "0" * 64
 WORKERS = 16
 HOSTS = 4
@@ -61,7 +62,7 @@ def generate(path: Path, n: int, *, seed: int = 0, now: float | None = None) -> 
     rng = random.Random(seed)
     now = time.time() if now is None else now
     begun = now - 3600.0
-    span = 3000.0  # tasks ended over 50 minutes, up to ten minutes ago
+    span = 3540.0  # tasks ended over 59 minutes, up to a minute ago
     counts = dict.fromkeys(("pending", "running", "accepted", "failed", "interrupted"), 0)
     parts = []
     for i in range(n):
@@ -82,7 +83,7 @@ def generate(path: Path, n: int, *, seed: int = 0, now: float | None = None) -> 
             history = []
             for attempt in range(1, tries):
                 a = _attempt(rng, t - 60.0 * (tries - attempt), rng.randrange(WORKERS))
-                kind, message = _ERRORS[i % 3]
+                kind, message = _ERRORS[i % 3] if status == "failed" else _LOST
                 history.append(dict(a, attempt=attempt, status="failed" if status == "failed"
                                     else "interrupted", error={"type": kind, "message": message}))
             a = _attempt(rng, t, i % WORKERS)
@@ -102,8 +103,8 @@ def generate(path: Path, n: int, *, seed: int = 0, now: float | None = None) -> 
                                 "traceback": _TRACEBACK.format(kind=kind, message=message)}
             else:
                 rec["interruptions"] = 1
-                rec["error"] = {"type": "WorkerLost", "message": "array element 4242_3 died "
-                                "holding the task's lease", "traceback": ""}
+                rec["error"] = {"type": _LOST[0], "message": _LOST[1], "traceback": ""}
+            rec["interruptions"] += sum(h["status"] == "interrupted" for h in history)
         parts.append(orjson.dumps({tid: rec})[1:-1])
     head = {"format": "diffsoup-campaign-ledger", "version": 1, "created": begun - 60.0,
             "updated": now, "runs": [

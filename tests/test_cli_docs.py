@@ -27,7 +27,7 @@ def test_every_documented_command_exists_and_vice_versa(tmp_path):
     assert proc.returncode == 0
     listed = listed_commands(proc.stdout)
     assert sorted(documented_commands()) == sorted(listed) == sorted(
-        ["run", "status", "results", "failures", "forget", "submit", "worker"])
+        ["run", "status", "results", "failures", "forget", "report", "submit", "worker"])
     for name in listed:
         sub = campaign(name, "--help", cwd=tmp_path)
         assert sub.returncode == 0 and f"Usage: campaign {name}" in sub.stdout

@@ -130,7 +130,7 @@ def test_finished_campaign_with_failures_retries_and_interruptions(tmp_path):
     assert "not recorded" in html  # no per-attempt CPU or memory in this ledger
     views = render_in_chromium(page, screenshots(tmp_path) / "finished.png", plots_in(out))
     names = titles(views)
-    for title in ("Progress", "Throughput", "Timeline: ", "Duration of attempts", "Retries",
+    for title in ("Progress", "Throughput", "Timeline: ", "Duration of ended attempts", "Retries",
                   "result y", "result z", "y against item field x"):
         assert title in names, names
     timeline = next(v for v in views if v["title"].startswith("Timeline"))
@@ -218,7 +218,7 @@ def test_100k_tasks_are_sampled_and_the_page_stays_small(tmp_path):
     names = titles(views)
     assert re.search(r"Timeline: sample of 20,000 of [\d,]+ attempts", names), names
     for title in ("CPU time of attempts", "Peak memory (RSS) of attempts",
-                  "GPU peak memory of attempts", "result energy", "D against item field"):
+                  "GPU peak memory of attempts", "result energy", "D against item field temperature"):
         assert title in names, names
     assert "not recorded" not in html
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._plots import MAX_POINTS as MAX_POINTS
+from ._data import MAX_POINTS as MAX_POINTS
 
 
 @dataclass(frozen=True)

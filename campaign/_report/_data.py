@@ -25,6 +25,8 @@ CODE = {s: i for i, s in enumerate(STATUSES)}
 PENDING, RUNNING, ACCEPTED, FAILED, INTERRUPTED = (CODE[s] for s in STATUSES)
 #: Per-attempt resource fields (absent from ledgers written before they were recorded).
 RESOURCES = ("cpu_s", "peak_rss_bytes", "gpu_peak_bytes")
+#: The most points (glyphs) one plot draws; more are sampled down to this.
+MAX_POINTS = 20_000
 #: At most this many numeric result columns (and item fields) are plotted.
 MAX_COLUMNS = 12
 #: Results looked at to find the result keys (spread over the accepted tasks).
@@ -85,10 +87,25 @@ def load(path: Path, now: float) -> Data:
     try:
         doc = read_ledger(path)
         leases = _overlay(doc, path)
-        facts = summarize(doc, str(path), now, array_workers=leases)
+        facts = summarize(doc, str(path), now, array_workers=leases,
+                          array_active=_array_active(doc))
         return _columns(doc, facts, str(path), now)
     finally:
         gc.enable()
+
+
+def _array_active(doc: dict[str, Any]) -> bool:
+    """Whether an element of the last submission's job array is pending or running in Slurm
+    (one query, as `campaign status` asks; False when Slurm cannot be asked from here)."""
+    last = doc["runs"][-1] if doc["runs"] else {}
+    if last.get("status") != "submitted" or not last.get("job"):
+        return False
+    from schedulers.slurm import ACTIVE_STATES
+
+    from .._cli._status import job_array_states
+
+    states = job_array_states(last.get("job"))
+    return bool(states) and any(state in ACTIVE_STATES for state in states.values())
 
 
 def _overlay(doc: dict[str, Any], ledger: Path) -> int:
@@ -206,19 +223,25 @@ def _spread(n: int) -> list[int]:
 
 
 def _item_axis(items: list[Any]) -> dict[str, np.ndarray]:
-    """The numeric top-level item field with the most distinct values (in a sample of the
-    items), as ``{name: column}``; empty when no numeric field varies."""
+    """The numeric top-level item field with the most distinct values in a sample of the items
+    (a field of distinct integers, likely an index or a seed, only when no other varies), as
+    ``{name: column}``; empty when no numeric field varies."""
     seen: dict[str, set[float]] = {}
+    sampled: Counter[str] = Counter()
     for j in _spread(len(items)) if items else []:
         item = items[j]
         if type(item) is dict:
             for key, value in item.items():
                 if key != "task_id" and (type(value) is float or type(value) is int):
                     seen.setdefault(key, set()).add(value)
+                    sampled[key] += 1
     varied = [k for k, values in seen.items() if len(values) > 1]
     if not varied:
         return {}
-    key = max(varied, key=lambda k: len(seen[k]))
+    # integers that are all distinct are most likely an index or a seed: others first
+    counters = {k for k in varied if len(seen[k]) == sampled[k]
+                and all(type(v) is int for v in seen[k])}
+    key = max(varied, key=lambda k: (k not in counters, len(seen[k])))
     return {key: _floats([i.get(key) if type(i) is dict else None for i in items])}
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from . import _plots
-from ._data import ACCEPTED, INTERRUPTED, STATUSES, Data
-from ._plots import COLOURS, MAX_POINTS
+from ._data import MAX_POINTS, RUNNING, STATUSES, Data
+from ._plots import COLOURS
 
 #: Rows of the slowest-tasks table.
 SLOWEST = 15
@@ -168,14 +168,16 @@ def _slowest(data: Data) -> str:
         return "<p>No task has ended yet.</p>"
     top = done[np.argsort(-data.duration[done], kind="stable")[:SLOWEST]]
     return _table(["task", "seconds", "status", "attempts", "started"], [
-        [_e(data.task_ids[i]), f"{data.duration[i]:.3f}", _status_label(int(data.status[i])),
+        [_e(data.task_ids[i]), f"{data.duration[i]:.4g}", _status_label(int(data.status[i])),
          int(data.attempts_per_task[i]), _e(_when(float(data.started[i])))] for i in top], {1})
 
 
 def _resources(page: _Page, data: Data) -> None:
     a = data.attempts
     figs, missing = [], []
-    took = _plots.histogram(a.ended - a.started, "Duration of attempts", "seconds")
+    ended = a.status != RUNNING
+    took = _plots.histogram((a.ended - a.started)[ended], "Duration of ended attempts",
+                            "seconds")
     figs += [took] if took is not None else []
     for key, title, unit, scale in (("cpu_s", "CPU time of attempts", "CPU seconds", 1.0),
                                     ("peak_rss_bytes", "Peak memory (RSS) of attempts", "MiB",

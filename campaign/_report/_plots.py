@@ -14,10 +14,7 @@ import numpy as np
 from bokeh.models import ColumnDataSource, HoverTool, Span
 from bokeh.plotting import figure
 
-from ._data import ACCEPTED, FAILED, INTERRUPTED, RUNNING, STATUSES, Attempts, Data
-
-#: The most points (glyphs) one plot draws; more are sampled down to this.
-MAX_POINTS = 20_000
+from ._data import ACCEPTED, FAILED, INTERRUPTED, MAX_POINTS, RUNNING, STATUSES, Attempts, Data
 #: The most lanes (workers) the timeline shows: the busiest ones.
 MAX_LANES = 48
 #: Colours of the outcomes (pending, running, accepted, failed, interrupted).
@@ -139,13 +136,13 @@ def timeline(data: Data) -> tuple[Any, str]:
 
 
 def histogram(values: np.ndarray, title: str, x_label: str, colour: str = "#4c72b0") -> Any:
-    """Counts of the finite ``values`` in up to 40 bins (log-spaced where they span more than
-    three decades and are all positive); None when there are none."""
+    """Counts of the finite ``values`` in up to 40 bins (log-spaced where they are all
+    positive and span more than two decades); None when there are none."""
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return None
     low, high = float(finite.min()), float(finite.max())
-    logx = low > 0 and high / low > 1e3
+    logx = low > 0 and high / low > 100
     bins = int(min(40, max(5, np.sqrt(finite.size))))
     if logx:
         edges = np.geomspace(low, high, bins + 1)
