@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -48,21 +49,24 @@ def in_sessions(sessions: set[int]) -> list[int]:
     return found
 
 
-def start_driver(ledger: Path, folder: Path, tasks: int, seconds: float,
-                 log: Path) -> subprocess.Popen:
+def start_driver(ledger: Path, folder: Path, tasks: int, seconds: float, log: Path,
+                 *extra: str) -> subprocess.Popen:
     with log.open("a") as out:
         return subprocess.Popen([PYTHON, str(DRIVER), str(ledger), str(folder), str(tasks),
-                                 str(seconds)], env=child_env(), stdout=out, stderr=out)
+                                 str(seconds), *extra], env=child_env(), stdout=out, stderr=out)
 
 
-def started(folder: Path, at_least: int) -> dict[int, int] | None:
-    """worker pid -> the pid of its task's subprocess, once ``at_least`` tasks started."""
+def started(folder: Path, at_least: int, *, now: bool = False) -> dict[int, int] | None:
+    """worker pid -> the pid of its task's subprocess, once ``at_least`` workers started a task
+    (with ``now``: are running one)."""
     found = {}
     for mark in folder.glob("*.start"):
         text = mark.read_text()
         if not text:  # being written
             return None
-        found[int(mark.name.split(".")[1])] = int(text)
+        pid = int(mark.name.split(".")[1])
+        if not now or (running(pid) and not mark.with_suffix(".end").exists()):
+            found[pid] = int(text)
     return found if len(found) >= at_least else None
 
 
@@ -78,33 +82,42 @@ def attempts(folder: Path) -> dict[str, list[tuple[int, int, int]]]:
     return {task: sorted(spans) for task, spans in runs.items()}
 
 
-def kill_while_running(tmp_path: Path) -> tuple[Path, Path, Path, dict[int, int]]:
+def kill_while_running(tmp_path: Path, *extra: str
+                       ) -> tuple[Path, Path, Path, dict[int, int], int]:
+    """Start a driver, SIGKILL it once two workers run a task; also returns when it was dead
+    (ns)."""
     ledger, folder, log = tmp_path / "ledger.json", tmp_path / "marks", tmp_path / "driver.log"
     folder.mkdir()
-    driver = start_driver(ledger, folder, 8, 1.0, log)
+    driver = start_driver(ledger, folder, 8, 1.0, log, *extra)
     try:
-        workers = wait_until(lambda: started(folder, 2), "both workers started a task")
+        if extra:  # the first worker to run t0 died: wait for its replacement to run a task
+            wait_until(lambda: (folder / "died").exists(), "a worker died")
+        workers = wait_until(lambda: started(folder, 2, now=True), "both workers run a task")
     finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait()
-    return ledger, folder, log, workers
+    return ledger, folder, log, workers, time.time_ns()
 
 
 # ---------------------------------------------------------------------- tests
-def test_a_killed_drivers_workers_and_their_subprocesses_end_quietly(tmp_path):
-    ledger, folder, log, workers = kill_while_running(tmp_path)
+@pytest.mark.parametrize("extra", [(), ("die-first",)], ids=["first-workers", "a-replacement"])
+def test_a_killed_drivers_workers_and_their_subprocesses_end_quietly(tmp_path, extra):
+    ledger, folder, log, workers, dead = kill_while_running(tmp_path, *extra)
+    ends = set(folder.glob("*.end"))
     everything = set(workers) | set(workers.values())
     wait_until(lambda: not any(map(running, everything)) and not in_sessions(set(workers)),
                "the dead driver's workers, their guardians and their tasks' subprocesses end")
     said = log.read_text()
     assert "Traceback" not in said and "BrokenPipeError" not in said, said
-    assert not list(folder.glob("*.end")), "a task went on after its driver died"
-    assert {r["status"] for r in read_ledger(ledger)["tasks"].values()} <= {"pending", "running",
-                                                                           "accepted"}
+    assert set(folder.glob("*.end")) == ends, "a task finished after its driver died"
+    for task, spans in attempts(folder).items():
+        for _, last, pid in spans:
+            assert pid not in workers or last < dead, f"task {task} went on after the driver died"
+    assert "failed" not in {r["status"] for r in read_ledger(ledger)["tasks"].values()}
 
 
 def test_a_resume_right_after_a_driver_kill_runs_no_task_twice_at_once(tmp_path):
-    ledger, folder, log, workers = kill_while_running(tmp_path)
+    ledger, folder, log, workers, _ = kill_while_running(tmp_path)
     resumed = subprocess.run([PYTHON, str(DRIVER), str(ledger), str(folder), "8", "1.0"],
                              env=child_env(), capture_output=True, text=True, timeout=PATIENCE)
     assert resumed.returncode == 0, resumed.stderr
