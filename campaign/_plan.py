@@ -106,5 +106,6 @@ def _kept_line(path: Any, total: int, kept: int, to_run: int, refused: int) -> s
     """What a run does, for the log: ``... 3 kept from the ledger (accepted earlier), 2 to run
     now`` or ``... nothing to run``."""
     now = f"{to_run} to run now" if to_run else "nothing to run"
-    return (f"campaign {path}: {total} tasks, {kept} kept from the ledger (accepted earlier), "
+    tasks = f"{total} task" + ("" if total == 1 else "s")
+    return (f"campaign {path}: {tasks}, {kept} kept from the ledger (accepted earlier), "
             f"{now}" + (f", {refused} refused (item changed)" if refused else ""))

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import threading
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import orjson
 import pytest
 
 from campaign._array import work_root
-from cli_data.cli_helpers import (accepted_count, campaign, read_doc, start, statuses, wait_for,
+from cli_data.cli_helpers import (campaign, command, env, read_doc, start, statuses, wait_for,
                                   write_json_items, write_model)
 from schedulers import slurm
 from testkit import PATIENCE, ROOT, require, wait_until
@@ -304,10 +305,6 @@ def failing_sbatch(folder: Path) -> dict[str, str]:
 
 
 def test_a_failed_sbatch_writes_nothing(tmp_path):
-    import subprocess
-
-    from cli_data.cli_helpers import command, env
-
     write_model(tmp_path)
     write_json_items(tmp_path / "items.json", 2)
     spec = spec_file(tmp_path)
@@ -322,10 +319,6 @@ def test_a_failed_sbatch_writes_nothing(tmp_path):
 
 
 def test_a_failed_sbatch_leaves_an_existing_ledger_as_it_was(tmp_path):
-    import subprocess
-
-    from cli_data.cli_helpers import command, env
-
     write_model(tmp_path)
     write_json_items(tmp_path / "items.json", 2)
     spec = spec_file(tmp_path)

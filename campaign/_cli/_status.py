@@ -104,8 +104,6 @@ def summarize(doc: dict[str, Any], path: str, now: float, array_workers: int = 0
     """The facts `campaign status` shows, as plain JSON. ``array_workers``: live leases;
     ``array_active``: an element of the submission's job array is pending or running (a
     submitted run with either is active)."""
-    from .._atomic import HOST, pid_alive
-
     runs = doc["runs"]
     last = runs[-1] if runs else None
     submitted = last is not None and last.get("status") == "submitted"
@@ -134,6 +132,9 @@ def summarize(doc: dict[str, Any], path: str, now: float, array_workers: int = 0
                 if ended >= recent_from:
                     ended_recent += 1
                 begun = rec.get("started")
+                if n > 1:  # an earlier attempt of this run may have begun first
+                    begun = min([t for t in (h.get("started") for h in rec.get("history") or ())
+                                 if t is not None and t >= since] + [begun or ended])
                 if begun is not None and (first_start is None or begun < first_start):
                     first_start = begun
                 if last_end is None or ended > last_end:
@@ -157,26 +158,12 @@ def summarize(doc: dict[str, Any], path: str, now: float, array_workers: int = 0
                             "worker": rec.get("worker"), "started": started,
                             "age_s": None if started is None else max(0.0, now - started)})
     total = len(doc["tasks"])
-    run_facts = None
-    throughput = eta = None
+    run_facts = throughput = eta = None
     if last is not None:
-        alive = None
-        if active and not submitted and last.get("host") == HOST:
-            alive = pid_alive(int(last.get("pid") or -1))
-        if submitted:  # the work began with the first attempt, not when it was submitted
-            begun = first_start if first_start is not None else now
-            end = now if active else (last_end if last_end is not None else begun)
-        else:
-            begun = since
-            end = now if active else (last.get("ended") or doc.get("updated") or now)
-        span = max(0.0, end - begun)
-        basis = (ended_recent, WINDOW) if active and span > WINDOW else (ended_in_run, span)
-        throughput = basis[0] / basis[1] if basis[1] > 0 else None
-        run_facts = {k: last.get(k) for k in ("id", "host", "pid", "execution", "status",
-                                               "started", "ended", "total", "refused_count")}
-        run_facts.update(driver_alive=alive, ended_tasks=ended_in_run, span_s=span,
-                         work_started=first_start, throughput_tasks=basis[0],
-                         throughput_seconds=basis[1])
+        run_facts = _last_run_facts(last, doc, now, active, ended_in_run, ended_recent,
+                                    first_start, last_end)
+        throughput = (run_facts["throughput_tasks"] / run_facts["throughput_seconds"]
+                      if run_facts["throughput_seconds"] > 0 else None)
     remaining = counts["pending"] + counts["running"] + counts["interrupted"]
     if active:
         remaining += failed_before  # failed in an earlier run: this run runs them again
@@ -197,6 +184,35 @@ def summarize(doc: dict[str, Any], path: str, now: float, array_workers: int = 0
         "active": active, "throughput_per_s": throughput, "remaining": remaining, "eta_s": eta,
         "submission": None,
     }
+
+
+def _last_run_facts(last: dict[str, Any], doc: dict[str, Any], now: float, active: bool,
+                    ended_in_run: int, ended_recent: int, first_start: float | None,
+                    last_end: float | None) -> dict[str, Any]:
+    """The last run's entry with its driver's liveness and the basis of its throughput: over
+    the last `WINDOW` seconds of a long live run, else over its span -- from its start (a run
+    of `campaign run`) or its first attempt's start (a submission: elements may wait in the
+    queue), to now while it is live, else to its end (a submission: its last task's end)."""
+    from .._atomic import HOST, pid_alive
+
+    submitted = last.get("status") == "submitted"
+    alive = None
+    if active and not submitted and last.get("host") == HOST:
+        alive = pid_alive(int(last.get("pid") or -1))
+    if submitted:
+        begun = first_start if first_start is not None else now
+        end = now if active else (last_end if last_end is not None else begun)
+    else:
+        begun = last.get("started") or 0.0
+        end = now if active else (last.get("ended") or doc.get("updated") or now)
+    span = max(0.0, end - begun)
+    basis = (ended_recent, WINDOW) if active and span > WINDOW else (ended_in_run, span)
+    facts = {k: last.get(k) for k in ("id", "host", "pid", "execution", "status", "started",
+                                       "ended", "total", "refused_count")}
+    facts.update(driver_alive=alive, ended_tasks=ended_in_run, span_s=span,
+                 work_started=first_start, throughput_tasks=basis[0],
+                 throughput_seconds=basis[1])
+    return facts
 
 
 def job_array_states(job: str | None) -> dict[str, str] | None:
