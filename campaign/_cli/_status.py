@@ -226,7 +226,7 @@ def job_array_states(job: str | None) -> dict[str, str] | None:
         states = job_states(job)
     except (SlurmCommandError, OSError):
         return None
-    return {k: v for k, v in states.items() if "_" in k and "[" not in k}
+    return {k: v for k, v in states.items() if "_" in k}  # "132_4", or pending "132_[5-9]"
 
 
 def _any_active(states: dict[str, str] | None) -> bool:
