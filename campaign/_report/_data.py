@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -140,19 +141,27 @@ def _floats(values: list[Any]) -> np.ndarray:
                     dtype=float)
 
 
+#: The record fields taken for every task, in one C-level pass (`operator.itemgetter`).
+_TASK_FIELDS = ("status", "started", "ended", "duration", "attempts", "history", "worker",
+                "host", "pid")
+
+
 def _columns(doc: dict[str, Any], facts: dict[str, Any], path: str, now: float) -> Data:
     tasks = doc["tasks"]
     ids = list(tasks)
     recs = list(tasks.values())
-    status = np.array([CODE[r["status"]] for r in recs], dtype=np.int8)
-    started = np.array([r["started"] for r in recs], dtype=float)
-    ended = np.array([r["ended"] for r in recs], dtype=float)
-    duration = np.array([r["duration"] for r in recs], dtype=float)
-    tries = np.array([r["attempts"] for r in recs], dtype=np.int64)
-    earlier = [(i, h) for i, r in enumerate(recs) if r["history"] for h in r["history"]]
+    (statuses, started, ended, duration, tries, histories, workers, hosts,
+     pids) = _fields(recs, _TASK_FIELDS)
+    status = np.array(list(map(CODE.__getitem__, statuses)), dtype=np.int8)
+    started, ended, duration = (_floats(c) for c in (started, ended, duration))
+    tries = np.array(tries, dtype=np.int64)
+    earlier = [(i, h) for i, hist in enumerate(histories) if hist for h in hist]
+    ran = np.flatnonzero(~np.isnan(started))
+    lanes = [workers[i] or (hosts[i], pids[i]) for i in ran.tolist()]
     data = Data(path=path, now=now, runs=doc["runs"], facts=facts, task_ids=ids, status=status,
                 attempts_per_task=tries, started=started, ended=ended, duration=duration,
-                attempts=_attempts(recs, status, started, ended, tries, earlier, now),
+                attempts=_attempts(recs, ran, lanes, status, started, ended, tries, earlier,
+                                   now),
                 failures=_failures(ids, recs, status),
                 interruption_causes=_interruption_causes(recs, status, earlier))
     accepted = np.flatnonzero(status == ACCEPTED).tolist()
@@ -162,19 +171,23 @@ def _columns(doc: dict[str, Any], facts: dict[str, Any], path: str, now: float) 
     return data
 
 
-def _attempts(recs: list[dict[str, Any]], status: np.ndarray, started: np.ndarray,
-              ended: np.ndarray, tries: np.ndarray, earlier: list[tuple[int, dict[str, Any]]],
-              now: float) -> Attempts:
-    ran = np.flatnonzero(~np.isnan(started))
-    last = [recs[i] for i in ran.tolist()]
+def _fields(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    """The values of ``keys`` (present in every row) as one tuple per key."""
+    if not rows:
+        return [()] * len(keys)
+    if len(keys) == 1:
+        return [tuple(map(itemgetter(keys[0]), rows))]
+    return list(zip(*map(itemgetter(*keys), rows)))
+
+
+def _attempts(recs: list[dict[str, Any]], ran: np.ndarray, lanes: list[Any],
+              status: np.ndarray, started: np.ndarray, ended: np.ndarray, tries: np.ndarray,
+              earlier: list[tuple[int, dict[str, Any]]], now: float) -> Attempts:
+    last = list(map(recs.__getitem__, ran.tolist()))
     earlier = [(i, h) for i, h in earlier if h.get("started") is not None]
     hist = [h for _, h in earlier]
-    codes: dict[Any, int] = {}
-    lane = np.array([codes.setdefault(r["worker"] or (r["host"], r["pid"]), len(codes))
-                     for r in last] + [codes.setdefault(h.get("worker") or (
-                         h.get("host"), h.get("pid")), len(codes)) for h in hist],
-                    dtype=np.int64)
-    lanes = [k if type(k) is str else f"{k[0]} pid {k[1]}" for k in codes]
+    keys = lanes + [h.get("worker") or (h.get("host"), h.get("pid")) for h in hist]
+    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
     status_codes = np.concatenate([status[ran], np.array(
         [CODE.get(h.get("status"), INTERRUPTED) for h in hist], dtype=np.int8)])
     end = np.concatenate([ended[ran], _floats([h.get("ended") for h in hist])])
@@ -183,7 +196,8 @@ def _attempts(recs: list[dict[str, Any]], status: np.ndarray, started: np.ndarra
         task=np.concatenate([ran, np.array([i for i, _ in earlier], dtype=np.int64)]),
         number=np.concatenate([tries[ran], np.array([h.get("attempt") or 0 for h in hist],
                                                      dtype=np.int64)]),
-        status=status_codes, lane=lane, lanes=lanes,
+        status=status_codes, lane=np.array(list(map(index.__getitem__, keys)), dtype=np.int64),
+        lanes=[k if type(k) is str else f"{k[0]} pid {k[1]}" for k in index],
         started=np.concatenate([started[ran], _floats([h.get("started") for h in hist])]),
         ended=end,
         resources={k: np.concatenate([_floats([r.get(k) for r in last]),
@@ -256,9 +270,15 @@ def _numeric(rows: list[dict[str, Any]], exclude: tuple[str, ...]
         for key, value in rows[j].items():
             if key not in exclude and (type(value) is float or type(value) is int):
                 keys[key] = None
+    if not keys:
+        return {}, 0
+    try:  # every row has every key: one C-level pass
+        values = dict(zip(keys, _fields(rows, tuple(keys))))
+    except KeyError:
+        values = {key: [row.get(key) for row in rows] for key in keys}
     columns = {}
     for key in keys:
-        column = _floats([row.get(key) for row in rows])
+        column = _floats(values.pop(key))
         finite = column[np.isfinite(column)]
         if finite.size and (finite.size > 1 or len(rows) == 1):
             columns[key] = column
