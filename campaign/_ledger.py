@@ -100,9 +100,20 @@ class Ledger:
         With ``driver=False`` the ledger is opened as one of several writers (workers): no lock
         is held between commits, no run is registered and nothing is taken over.
 
-        Raises `DriverBusyError` when another live driver runs on this ledger, and `LedgerError`
-        when the file is not a valid ledger.
+        Raises `DriverBusyError` when another live driver runs on this ledger, `LedgerError`
+        when the file is not a valid ledger, and `LedgerWriteError` when the ledger or the lock
+        files beside it cannot be written (read-only file system, disk full: nothing ran).
         """
+        try:
+            self._open(resume, execution, driver)
+        except OSError as exc:
+            what, fix = write_error_text(exc)
+            raise LedgerWriteError(
+                f"cannot write ledger {self.path} or the lock files beside it ({what}); "
+                f"nothing was run. Fix: {fix}, then run again", str(self.path),
+                exc.errno) from exc
+
+    def _open(self, resume: bool, execution: str, driver: bool) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.driver = driver
         if not driver:
@@ -110,7 +121,7 @@ class Ledger:
                 if self.path.exists():
                     self.doc = _document.read(self.path)
                 else:
-                    self._first_write()
+                    self._write_locked()
                 self._disk_state = _document.file_state(self.path)
             self._start_writer()
             return
@@ -147,23 +158,13 @@ class Ledger:
                     "id": self.run_id, "host": HOST, "pid": os.getpid(), "execution": execution,
                     "started": now, "ended": None, "status": "running", "refused": [],
                 }])[-RUNS_LIMIT:]
-                self._first_write()
+                self._write_locked()  # not retried: nothing has run yet
                 for fragment in settled:
                     fragment.unlink(missing_ok=True)
         except BaseException:
             self._driver_lock.release()
             raise
         self._start_writer()
-
-    def _first_write(self) -> None:
-        """The write that opens the ledger: not retried (nothing has run yet)."""
-        try:
-            self._write_locked()
-        except OSError as exc:
-            what, fix = write_error_text(exc)
-            raise LedgerWriteError(
-                f"cannot write ledger {self.path} ({what}); nothing was run. Fix: {fix}, then "
-                "run again", str(self.path), exc.errno) from exc
 
     def _start_writer(self) -> None:
         self._writer = threading.Thread(target=self._write_loop, name="ledger-writer", daemon=True)

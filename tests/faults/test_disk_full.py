@@ -10,6 +10,7 @@ runs as root). Each test unmounts its tmpfs in a ``finally``.
   the file on disk parses and every task it says accepted is; a resume on a disk with room
   again runs only the others.
 - ``campaign run`` prints one paragraph and exits 3.
+- A read-only file system is refused before anything runs, naming ``EROFS``; exit 3.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ PAD = "p" * 300  # each result makes its record grow by this much
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    """A real tmpfs of 64 KiB at ``tmp_path/disk``; `remount(size)` gives it room."""
+    """A real tmpfs of 64 KiB at ``tmp_path/disk``; `remount` changes it."""
     require(os.geteuid() == 0 and shutil.which("mount") is not None,
             "mounting a tmpfs needs root and mount(8)")
     disk = tmp_path / "disk"
@@ -51,8 +52,9 @@ def tiny_disk(tmp_path):
             subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def remount(disk: Path, size: str) -> None:
-    subprocess.run(["mount", "-o", f"remount,size={size}", str(disk)], check=True)
+def remount(disk: Path, option: str) -> None:
+    """``mount -o remount,OPTION``: ``size=16m`` gives room, ``ro`` makes it read-only."""
+    subprocess.run(["mount", "-o", f"remount,{option}", str(disk)], check=True)
 
 
 def counted(item):
@@ -112,7 +114,7 @@ def test_a_full_disk_stops_the_run_and_keeps_what_was_recorded(tiny_disk, tmp_pa
     assert len(called) <= len(accepted) + slots + 5, (
         f"{len(called)} called, {len(accepted)} recorded")
 
-    remount(tiny_disk, "16m")  # room again: a resume runs only the others
+    remount(tiny_disk, "size=16m")  # room again: a resume runs only the others
     for mark in marks.iterdir():
         mark.unlink()
     camp = checkpointed_map(counted, items(marks, 0.1), ledger_path=ledger)
@@ -136,7 +138,7 @@ def test_a_disk_that_gets_room_again_loses_nothing(tiny_disk):
             if "failed (ENOSPC" in line:
                 break
         assert "no new task starts until a write succeeds" in "".join(seen), "".join(seen)
-        remount(tiny_disk, "16m")
+        remount(tiny_disk, "size=16m")
         out, err = child.communicate(timeout=300)
     finally:
         if child.poll() is None:
@@ -177,3 +179,19 @@ def test_campaign_run_on_a_full_disk_prints_one_paragraph_and_exits_3(tiny_disk,
     accepted = [r for r in read_ledger(tiny_disk / "runs.json")["tasks"].values()
                 if r["status"] == "accepted"]
     assert accepted and all(r["result"]["y"] == 2 * r["item"]["x"] for r in accepted)
+
+
+def test_a_read_only_file_system_is_refused_in_one_paragraph(tiny_disk, tmp_path):
+    """Remounting read-only under a live run is refused (EBUSY: the driver holds its lock
+    files open for writing), so EROFS meets a run when it starts: nothing runs, exit 3."""
+    remount(tiny_disk, "ro")
+    (tmp_path / "model.py").write_text("def fit(item):\n    raise AssertionError('ran')\n")
+    (tmp_path / "items.json").write_text(json.dumps([{"task_id": "a", "x": 1}]))
+    proc = campaign("run", "model.py:fit", "--items", "items.json", "--ledger",
+                    str(tiny_disk / "runs.json"), cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"campaign: error: cannot write ledger {tiny_disk / 'runs.json'}")
+    assert "EROFS (errno 30)" in proc.stderr and "nothing was run" in proc.stderr
+    assert "remount it read-write" in proc.stderr
+    assert not list(tiny_disk.iterdir())
