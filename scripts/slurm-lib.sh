@@ -10,3 +10,11 @@ running_pid() {
   [[ $exe == "$(readlink -f "$2" 2>/dev/null)" ]] || return 1
   echo "$pid"
 }
+
+# The 3-node cluster of slurm-cluster.sh and slurm-cluster-stop.sh: node I (0, 1, 2) is nodeI+1,
+# in network namespace diffsoup-nodeI+1, joined to bridge ds3-br by veth ds3-nodeI+1 (host end),
+# at address $SUBNET.1I+1; the controller is $SUBNET.1 on the bridge.
+CLUSTER_BRIDGE=ds3-br
+node_netns() { echo "diffsoup-node$(($1 + 1))"; }
+node_veth() { echo "ds3-node$(($1 + 1))"; }
+node_address() { echo "$SUBNET.1$(($1 + 1))"; }
