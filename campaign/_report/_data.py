@@ -143,15 +143,15 @@ def _floats(values: list[Any]) -> np.ndarray:
 
 #: The record fields taken for every task, in one C-level pass (`operator.itemgetter`).
 _TASK_FIELDS = ("status", "started", "ended", "duration", "attempts", "history", "worker",
-                "host", "pid")
+                "host", "pid", "result", "item")
 
 
 def _columns(doc: dict[str, Any], facts: dict[str, Any], path: str, now: float) -> Data:
     tasks = doc["tasks"]
     ids = list(tasks)
     recs = list(tasks.values())
-    (statuses, started, ended, duration, tries, histories, workers, hosts,
-     pids) = _fields(recs, _TASK_FIELDS)
+    (statuses, started, ended, duration, tries, histories, workers, hosts, pids, results,
+     items) = _fields(recs, _TASK_FIELDS)
     status = np.array(list(map(CODE.__getitem__, statuses)), dtype=np.int8)
     started, ended, duration = (_floats(c) for c in (started, ended, duration))
     tries = np.array(tries, dtype=np.int64)
@@ -166,8 +166,8 @@ def _columns(doc: dict[str, Any], facts: dict[str, Any], path: str, now: float) 
                 interruption_causes=_interruption_causes(recs, status, earlier))
     accepted = np.flatnonzero(status == ACCEPTED).tolist()
     data.results, data.columns_left_out = _numeric(
-        [recs[i]["result"] or {} for i in accepted], exclude=())
-    data.item_fields = _item_axis([recs[i]["item"] for i in accepted])
+        [results[i] or {} for i in accepted], exclude=())
+    data.item_fields = _item_axis([items[i] for i in accepted])
     return data
 
 
@@ -200,8 +200,20 @@ def _attempts(recs: list[dict[str, Any]], ran: np.ndarray, lanes: list[Any],
         lanes=[k if type(k) is str else f"{k[0]} pid {k[1]}" for k in index],
         started=np.concatenate([started[ran], _floats([h.get("started") for h in hist])]),
         ended=end,
-        resources={k: np.concatenate([_floats([r.get(k) for r in last]),
-                                      _floats([h.get(k) for h in hist])]) for k in RESOURCES})
+        resources=_resources(last, hist))
+
+
+def _resources(last: list[dict[str, Any]], hist: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The RESOURCES columns of the attempts (one pass over the records for all of them)."""
+    a, b, c = RESOURCES
+    mine = _columns_of([(r.get(a), r.get(b), r.get(c)) for r in last], 3)
+    earlier = _columns_of([(h.get(a), h.get(b), h.get(c)) for h in hist], 3)
+    return {k: np.concatenate([_floats(mine[j]), _floats(earlier[j])])
+            for j, k in enumerate(RESOURCES)}
+
+
+def _columns_of(rows: list[tuple[Any, ...]], width: int) -> list[tuple[Any, ...]]:
+    return list(zip(*rows)) if rows else [()] * width
 
 
 def _failures(ids: list[str], recs: list[dict[str, Any]], status: np.ndarray) -> list[Failure]:

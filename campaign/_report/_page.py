@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Collection, Sequence
 
 import numpy as np
 
@@ -68,7 +68,7 @@ class _Page:
         self.sections: list[Section] = []
         self.figures: list[Any] = []
 
-    def add(self, section: Section, figures: list[Any] = ()) -> Section:  # type: ignore[assignment]
+    def add(self, section: Section, figures: Sequence[Any] = ()) -> Section:
         for fig in figures:
             fig.name = f"plot{len(self.figures)}"
             self.figures.append(fig)
@@ -81,7 +81,9 @@ def _e(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _table(head: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:  # type: ignore[assignment]
+def _table(head: list[str], rows: list[list[Any]], numeric: Collection[int] = ()) -> str:
+    """An HTML table; cells are HTML already, except those in ``numeric`` columns (escaped and
+    right-aligned)."""
     th = "".join(f"<th>{_e(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(
         f'<td class="n">{_e(v)}</td>' if i in numeric else f"<td>{v}</td>"
@@ -255,6 +257,6 @@ def render(data: Data) -> tuple[str, int]:
     state = "running" if data.facts["active"] else "not running"
     html_text = file_html(document, resources=INLINE, title=f"campaign report: {data.path}",
                           template=_TEMPLATE, template_variables={
-                              "heading": f"Campaign {data.path} ({state})",
-                              "subtitle": subtitle, "sections": page.sections})
+                              "heading": _e(f"Campaign {data.path} ({state})"),
+                              "subtitle": _e(subtitle), "sections": page.sections})
     return html_text, len(page.figures)
