@@ -104,7 +104,9 @@ fi
 links=("$CLUSTER_BRIDGE")
 for i in "${!NODES[@]}"; do links+=("$(node_veth "$i")"); done
 for ((i = 0; i < 25; i++)); do
-  left=$(for link in "${links[@]}"; do ip link show "$link" >/dev/null 2>&1 && echo "$link"; done)
+  left=$(for link in "${links[@]}"; do
+    if ip link show "$link" >/dev/null 2>&1; then echo "$link"; fi
+  done)
   [[ -z $left ]] && break
   sleep 0.2
 done
