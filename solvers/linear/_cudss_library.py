@@ -9,6 +9,7 @@ Nothing here runs at import: the extension is opened with ctypes on first use, `
 from __future__ import annotations
 
 import ctypes
+import importlib.machinery
 import importlib.util
 import logging
 import os
@@ -73,8 +74,14 @@ def comm_layer_path(library: str | os.PathLike[str]) -> str:
 
 
 def extension_path() -> Path | None:
-    """The compiled extension beside this module (``_cudss_ext*.so``), or ``None`` if not built."""
-    found = sorted(Path(__file__).parent.glob("_cudss_ext*.so"))
+    """The compiled extension beside this module, or ``None`` if not built: the one built for
+    this interpreter first (``_cudss_ext`` + one of its ``EXTENSION_SUFFIXES``: compiled against
+    the FFI headers of this environment's JAX), else any other ``_cudss_ext*.so``."""
+    folder = Path(__file__).parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if (folder / f"_cudss_ext{suffix}").is_file():
+            return folder / f"_cudss_ext{suffix}"
+    found = sorted(folder.glob("_cudss_ext*.so"))
     return found[0] if found else None
 
 
