@@ -233,8 +233,10 @@ def test_a_driver_through_a_symlink_is_refused_while_the_first_lives(tmp_path):
     gate = tmp_path / "gate"
     first = _gated_driver(real, gate)
     try:
-        wait_until(lambda: gate.with_name("gate.started").exists(), "the first driver's task")
-        before = real.read_bytes()
+        wait_until(lambda: gate.with_name("gate.started").exists()
+                   and read_ledger(real)["tasks"]["t000"]["status"] == "running",
+                   "the first driver's task, recorded running")
+        before = real.read_bytes()  # the first driver writes nothing more while t000 waits
         called = []
         with pytest.raises(DriverBusyError) as info:
             checkpointed_map(lambda it: called.append(it) or {"x": 0},
