@@ -150,7 +150,8 @@ def test_a_disk_that_gets_room_again_loses_nothing(tiny_disk):
     assert report["counts"]["accepted"] == 150
     assert sorted(report["calls"]) == [f"t{i:03d}" for i in range(150)]  # each exactly once
     doc = read_ledger(ledger)
-    assert all(r["status"] == "accepted" for r in doc["tasks"].values()) and len(doc["tasks"]) == 150
+    assert len(doc["tasks"]) == 150
+    assert all(r["status"] == "accepted" for r in doc["tasks"].values())
     assert doc["runs"][-1]["status"] == "finished"
 
 
