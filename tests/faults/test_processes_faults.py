@@ -3,7 +3,6 @@ workers run tasks that started subprocesses of their own, and a resume right aft
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
