@@ -128,9 +128,12 @@ def orphaned_workers() -> list[tuple[int, int]]:
     """(pid, driver pid) of this user's worker processes on this host whose driver is gone.
 
     A worker leads its own session and names its driver on its command line; one whose parent
-    is no longer that driver was left behind. Linux only (``/proc``); elsewhere an empty list.
+    is no longer that driver was left behind. Only processes in this pid namespace count (their
+    pids mean what ours do). Linux only (``/proc``); elsewhere an empty list.
     """
-    if not os.path.isdir("/proc/self"):
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
         return []
     entry, uid, found = _ENTRY.encode(), os.getuid(), []
     for proc in os.scandir("/proc"):
@@ -145,6 +148,8 @@ def orphaned_workers() -> list[tuple[int, int]]:
             if len(argv) != 5 or argv[1:3] != [b"-c", entry]:
                 continue
             driver = int(argv[4])
+            if os.readlink(f"/proc/{pid}/ns/pid") != namespace:
+                continue
             state, parent, _, session = _stat(pid)
         except (OSError, IndexError, ValueError):  # it ended meanwhile, or is not ours
             continue
