@@ -76,10 +76,11 @@ def status_json(ledger: Path) -> dict:
 
 
 def assert_offline(html: str) -> None:
-    """Nothing in the page is fetched from elsewhere: no script or style by URL, no CDN."""
+    """Nothing in the page is fetched from elsewhere: no script or style by URL, no CDN (the
+    browser, which resolves no host name, would also log any fetch as an error)."""
     assert not re.search(r"<script[^>]*\ssrc=", html)
     assert not re.search(r"<link[^>]*\shref=", html)
-    assert "cdn.bokeh.org" not in html and "cdn.jsdelivr" not in html.split("<body")[-1]
+    assert "cdn.bokeh.org" not in html
 
 
 def render_in_chromium(page: Path, shot: Path, plots: int) -> list[dict]:
