@@ -17,6 +17,8 @@ from ._errors import LedgerError as LedgerError
 from ._errors import LedgerWriteError as LedgerWriteError
 from ._errors import ResultError as ResultError
 from ._ledger import Ledger as Ledger
+from ._report import Report as Report
+from ._report import write_report as write_report
 from ._status import FORMAT_NAME as FORMAT_NAME
 from ._status import FORMAT_VERSION as FORMAT_VERSION
 from ._status import Status as Status
@@ -25,5 +27,5 @@ from ._document import read as read_ledger
 __all__ = [
     "Campaign", "CampaignError", "DriverBusyError", "FORMAT_NAME", "FORMAT_VERSION", "Failure",
     "Interrupted", "ItemError", "Ledger", "LedgerError", "LedgerWriteError", "Progress",
-    "ResultError", "Status", "checkpointed_map", "read_ledger",
+    "Report", "ResultError", "Status", "checkpointed_map", "read_ledger", "write_report",
 ]

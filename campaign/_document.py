@@ -16,8 +16,8 @@ from typing import Any, Callable
 import orjson
 from filelock import FileLock
 
-from ._atomic import atomic_write
-from ._errors import LedgerError
+from ._atomic import atomic_write, write_error_text
+from ._errors import LedgerError, LedgerWriteError
 from ._jsonvalue import unwritable_message
 from ._records import MISSING, records_problem, run_problem
 from ._status import FAILED, FORMAT_NAME, FORMAT_VERSION
@@ -256,7 +256,8 @@ def update(
     With ``backup``, the file as it was is kept beside under a name containing ``backup``
     (written only once ``mutate`` has returned). Returns what ``mutate`` returned and the
     backup's path (None without ``backup``). A symlink is followed: its target is locked and
-    replaced, and the link stays.
+    replaced, and the link stays. A write that fails (disk full, read-only) raises
+    `LedgerWriteError` and leaves the file as it was, without a backup.
     """
     path = real_path(path)
     with file_lock(path):
@@ -267,11 +268,19 @@ def update(
         doc = parse(original, path)
         answer = mutate(doc)
         saved = None
-        if backup is not None:
-            saved = backup_path(path, backup)
-            atomic_write(saved, original)
-        doc["updated"] = time.time()
-        atomic_write(path, dumps(doc))
+        try:
+            if backup is not None:
+                saved = backup_path(path, backup)
+                atomic_write(saved, original)
+            doc["updated"] = time.time()
+            atomic_write(path, dumps(doc))
+        except OSError as exc:  # the file is as it was (atomic_write leaves no temporary file)
+            what, fix = write_error_text(exc)
+            if saved is not None and saved.exists():
+                saved.unlink()
+            raise LedgerWriteError(
+                f"cannot write ledger {path} ({what}); it was left as it was. Fix: {fix}, then "
+                "try again", str(path), exc.errno) from exc
     return answer, saved
 
 

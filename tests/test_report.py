@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from campaign import checkpointed_map, read_ledger
+from campaign import LedgerError, checkpointed_map, read_ledger, write_report
 from campaign._array import work_root
 from campaign._submit import prepare_submission
 from report_data.browser import Browser, chromium
@@ -230,3 +230,19 @@ def test_errors_name_the_file_and_exit_2(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "no ledger at" in proc.stderr and "nope.json" in proc.stderr
     assert not (tmp_path / "r.html").exists()
+    with pytest.raises(LedgerError, match="nope.json"):
+        write_report(tmp_path / "nope.json", tmp_path / "r.html")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_write_report_from_python(tmp_path):
+    ledger = tmp_path / "small.json"
+    items = [{"task_id": f"s{i}", "x": i, **({"fail": "KeyError"} if i == 2 else {})}
+             for i in range(4)]
+    checkpointed_map(run, items, ledger_path=ledger)
+    written = write_report(ledger, tmp_path / "small.html")
+    assert written.tasks == 4 and written.plots >= 6
+    assert written.size == (tmp_path / "small.html").stat().st_size
+    html = (tmp_path / "small.html").read_text()
+    assert_offline(html)
+    assert "KeyError" in html and "x = 2 is out of range" in html

@@ -13,7 +13,8 @@ from typing import Sequence
 
 import click
 
-from ._common import EXIT_FAILED, EXIT_SIGINT, EXIT_USAGE
+from .._errors import LedgerWriteError
+from ._common import EXIT_FAILED, EXIT_LEDGER_WRITE, EXIT_SIGINT, EXIT_USAGE, LedgerWriteFailed
 from ._failures import failures_command
 from ._forget import forget_command
 from ._report import report_command
@@ -60,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as exc:  # bad usage or bad input
         exc.show()
         return exc.exit_code
+    except LedgerWriteError as exc:  # e.g. `campaign forget` on a full disk
+        LedgerWriteFailed(str(exc)).show()
+        return EXIT_LEDGER_WRITE
     except BrokenPipeError:  # e.g. `campaign results L | head`
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -1,7 +1,8 @@
 """`campaign report`: one self-contained HTML page of plots about a ledger, that opens offline.
 
 ``write_report(ledger, output)`` reads the ledger once (`_data`), lays out its sections and
-bokeh figures (`_page`, `_plots`) and writes the page atomically. Imports bokeh only when called.
+bokeh figures (`_page`, `_plots`) and writes the page atomically. Importing this package imports
+neither numpy nor bokeh; calling it does.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._data import MAX_POINTS as MAX_POINTS
+#: The most points (glyphs) one plot draws; more are sampled down to this.
+MAX_POINTS = 20_000
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,8 @@ class Report:
 
 def write_report(ledger: str | os.PathLike[str], output: str | os.PathLike[str], *,
                  now: float | None = None) -> Report:
-    """Write the report page of the ledger at ``ledger`` to ``output`` (replaced atomically).
+    """Write the report page of the ledger at ``ledger`` to ``output`` (replaced atomically):
+    what `campaign report` writes (docs/cli.md).
 
     ``now``: the time the page is written for (default: the current time); it ends the bars
     of running attempts and dates the ETA. Raises `campaign.LedgerError` when the ledger cannot

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._status import Status
+from . import MAX_POINTS as MAX_POINTS
 
 #: The statuses, in the order of their integer codes in the columns.
 STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
@@ -26,8 +27,6 @@ CODE = {s: i for i, s in enumerate(STATUSES)}
 PENDING, RUNNING, ACCEPTED, FAILED, INTERRUPTED = (CODE[s] for s in STATUSES)
 #: Per-attempt resource fields (absent from ledgers written before they were recorded).
 RESOURCES = ("cpu_s", "peak_rss_bytes", "gpu_peak_bytes")
-#: The most points (glyphs) one plot draws; more are sampled down to this.
-MAX_POINTS = 20_000
 #: At most this many numeric result columns (and item fields) are plotted.
 MAX_COLUMNS = 12
 #: Results looked at to find the result keys (spread over the accepted tasks).

@@ -196,3 +196,24 @@ def test_a_read_only_file_system_is_refused_in_one_paragraph(tiny_disk, tmp_path
     assert "EROFS (errno 30)" in proc.stderr and "nothing was run" in proc.stderr
     assert "remount it read-write" in proc.stderr
     assert not list(tiny_disk.iterdir())
+
+
+def test_campaign_forget_on_a_full_disk_changes_nothing_and_exits_3(tiny_disk, tmp_path):
+    remount(tiny_disk, "size=1m")
+    ledger = tiny_disk / "runs.json"
+    checkpointed_map(lambda it: {"x": it["x"]}, [{"task_id": f"t{i}", "x": i} for i in range(5)],
+                     ledger_path=ledger)
+    before = ledger.read_bytes()
+    with open(tiny_disk / "filler", "wb", buffering=0) as filler:  # take every block left
+        try:
+            while True:
+                filler.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    proc = campaign("forget", str(ledger), "t1", cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.startswith(f"campaign: error: cannot write ledger {ledger} (ENOSPC")
+    assert "left as it was" in proc.stderr and "Traceback" not in proc.stderr
+    assert ledger.read_bytes() == before
+    assert sorted(p.name for p in tiny_disk.iterdir()) == [
+        "filler", "runs.json", "runs.json.driver", "runs.json.lock"]  # no backup, no temporary
