@@ -12,8 +12,9 @@
 # share a private subnet (10.213.7.0/24 by default) that exists only on that bridge and in the
 # namespaces: the controller (slurmctld, on the host) is 10.213.7.1, nodeN is 10.213.7.1N. Name
 # resolution on the nodes comes from $STATE/etc/hosts, mounted over /etc/hosts in each slurmd's
-# own mount namespace (its jobs inherit it); the host's own /etc/hosts is not touched. The file system is
-# the host's, so the project folder and /tmp are shared by all nodes, as a cluster file system is.
+# own mount namespace (its jobs inherit it); the host's own /etc/hosts is not touched. The file
+# system is the host's, so the project folder and /tmp are shared by all nodes, as a cluster file
+# system is.
 #
 # This is a separate Slurm from scripts/slurm-start.sh's one-node cluster: its own slurm.conf
 # (used through SLURM_CONF; /etc/slurm/slurm.conf is not touched), ClusterName, ports, state,
