@@ -9,9 +9,10 @@ keeps dask's per-task overhead below raw ``client.map``; ``fn`` travels with eve
 (pickled once), so it survives the loss of every worker. A batch tells the driver which task
 it starts (`schedulers._dask_batch`), and a task is reported started only then. When a batch
 is lost (its worker died, dask cancelled it), its tasks go back to the queue without an
-interruption; those that may have been running when the worker died run again one per batch,
-and a task that was lost while it ran alone in its batch is reported lost: the engine records
-it interrupted, and only such a task spends its ``max_interruptions``.
+interruption; those that may have been running when the worker died run again one per batch
+(a batch of one task tells of its start before it runs it, and waits until the dask scheduler
+has the message), and a task that was lost while it ran alone in its batch is reported lost:
+the engine records it interrupted, and only such a task spends its ``max_interruptions``.
 """
 
 from __future__ import annotations
@@ -321,7 +322,7 @@ class DaskScheduler(Scheduler):
                                       batch.at or now, now, error=error))
                 self._started.discard(task.task_id)
             return events
-        if batch.where is None or cancelled:  # never started, or cancelled: queue again
+        if cancelled or (batch.where is None and len(tasks) == 1):  # it did not run
             logger.info("a dask batch of %d task(s) did not run (%s); sending it again",
                         len(tasks), cause)
             again.append((tasks, False))
@@ -339,13 +340,13 @@ class DaskScheduler(Scheduler):
             self._started.discard(task.task_id)
             self._alone.add(task.task_id)
             return events
-        # Those before the last task known started had finished; from it on, any may have
-        # been the one running when the worker died: they run again one per batch, so that
-        # a task that kills its worker is found and only it is recorded lost.
+        # Those before the last task known started had finished; from it on (from the first,
+        # when the batch had said nothing: its message may have been lost with the worker),
+        # any may have been the one running when the worker died: they run again one per
+        # batch, so that a task that kills its worker is found and only it is recorded lost.
         reached = max(batch.reached, 0)
-        logger.warning("a dask batch of %d task(s) was lost with worker %s (%s); %d of them "
-                       "run again one per batch", len(tasks), batch.where.worker, cause,
-                       len(tasks) - reached)
+        logger.warning("a dask batch of %d task(s) was lost (%s); %d of them run again one "
+                       "per batch", len(tasks), cause, len(tasks) - reached)
         self._alone.update(t.task_id for t in tasks[reached:])
         again.append((tasks[:reached], False))
         again.append((tasks[reached:], True))

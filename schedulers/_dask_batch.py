@@ -19,9 +19,9 @@ from ._host import HOST
 
 logger = logging.getLogger(__name__)
 
-#: A batch tells the driver which task it starts before its first task (and waits until the
-#: dask scheduler has that message), then, without waiting, before the first task that begins
-#: at least this many seconds after its last message.
+#: A batch tells the driver which task it starts before its first task (a batch of one task
+#: waits until the dask scheduler has that message), then, without waiting, before the first
+#: task that begins at least this many seconds after its last message.
 PROGRESS_INTERVAL = 0.02
 
 #: Loaded functions kept per worker process (by digest of their pickle).
@@ -83,21 +83,26 @@ class _Announcer:
     def _message(self, index: int) -> dict[str, Any]:
         return {"key": self.key, "index": index, "time": time.time(), "where": self.where}
 
-    def begin(self) -> None:
-        """Before the first task: returns once the dask scheduler has the message, so that the
-        driver hears of the start before it can hear of this worker's death."""
+    def begin(self, wait: bool) -> None:
+        """Before the first task. With ``wait``, returns once the dask scheduler has the
+        message, so that the driver hears of the start before it can hear of this worker's
+        death (a batch of one task: the driver then knows whether that task ran when its
+        worker died). Without, the message may be lost with the worker."""
         if self.topic is None:
             return
         message = self._message(0)
-        try:
-            from distributed import get_client
-
-            get_client().log_event(self.topic, message)
-        except Exception as exc:  # no client here: the message may then be lost with us
-            logger.warning("could not report the start of batch %s synchronously (%s: %s); "
-                           "reporting it without waiting", self.key, type(exc).__name__, exc)
-            self.worker.log_event(self.topic, message)
         self.last = time.monotonic()
+        if wait:
+            try:
+                from distributed import get_client
+
+                get_client().log_event(self.topic, message)
+                return
+            except Exception as exc:  # no client here: the message may be lost with us
+                logger.warning("could not report the start of batch %s synchronously (%s: "
+                               "%s); reporting it without waiting", self.key,
+                               type(exc).__name__, exc)
+        self.worker.log_event(self.topic, message)
 
     def progress(self, index: int) -> None:
         if self.topic is None or time.monotonic() - self.last < PROGRESS_INTERVAL:
@@ -135,7 +140,7 @@ def run_batch(fn: Callable[[Any], Any], tasks: list[tuple[str, int, Any]]) -> tu
     """
     where = _placement()
     announce = _Announcer(fn.topic if isinstance(fn, BatchFn) else None, where)
-    announce.begin()
+    announce.begin(wait=len(tasks) == 1)
     outcomes = []
     for index, (task_id, attempt, item) in enumerate(tasks):
         if index:
