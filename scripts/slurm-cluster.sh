@@ -21,7 +21,7 @@
 # spool, log and PID folders. It shares the host's munged (and its key) when one answers, else it
 # starts its own. Running it again while the cluster is up does nothing but restart what is
 # missing (a killed node's slurmd) and resume nodes left down. Needs root; the Slurm packages must
-# be installed (scripts/slurm-start.sh installs them).
+# be installed (scripts/slurm-start.sh installs them); iproute2 is installed when missing.
 #
 # Standard output holds one line: the path of the cluster's slurm.conf (also written to
 # $STATE/cluster.env as DIFFSOUP_SLURM_CLUSTER=... and SLURM_CONF=...).
@@ -53,7 +53,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/slurm-lib.sh"
 [[ $(id -u) -eq 0 ]] || fail "run me as root (I make network namespaces and start slurmctld and slurmd)"
 [[ $PORT =~ ^[0-9]+$ && $PORT != 6817 && $PORT != 6818 ]] \
   || fail "DIFFSOUP_SLURM3_PORT=$PORT: give a port number other than the one-node cluster's 6817/6818"
-for tool in slurmctld slurmd sbatch ip unshare munge; do
+if ! command -v ip >/dev/null; then
+  say "installing iproute2 (ip netns, veth, bridge) from Debian's packages"
+  apt-get -o DPkg::Lock::Timeout=300 update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
+    --no-install-recommends iproute2 >/dev/null \
+    || fail "could not install iproute2; install it (it gives the ip command) and run me again"
+fi
+for tool in slurmctld slurmd sbatch ip nsenter unshare munge; do
   command -v "$tool" >/dev/null || fail "$tool is not installed; run scripts/slurm-start.sh once (it installs Slurm and munge)"
 done
 SLURMCTLD=$(command -v slurmctld)
