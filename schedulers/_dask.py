@@ -1,18 +1,13 @@
 """The dask scheduler: an existing dask cluster, or a private embedded `LocalCluster`.
 
-The embedded cluster listens on 127.0.0.1 only and speaks TLS with a certificate made for the
-run (`distributed.security.Security.temporary()`): a process without it cannot connect to the
-scheduler or the workers. A cluster of the user's own keeps its own security settings.
-
-Small tasks are sent in batches sized so that one batch runs for about ``batch_seconds``, which
-keeps dask's per-task overhead below raw ``client.map``; ``fn`` travels with every batch
-(pickled once), so it survives the loss of every worker. A batch tells the driver which task
-it starts (`schedulers._dask_batch`), and a task is reported started only then. When a batch
-is lost (its worker died, dask cancelled it), its tasks go back to the queue without an
-interruption; those that may have been running when the worker died run again one per batch
-(a batch of one task tells of its start before it runs it, and waits until the dask scheduler
-has the message), and a task that was lost while it ran alone in its batch is reported lost:
-the engine records it interrupted, and only such a task spends its ``max_interruptions``.
+The embedded cluster listens on 127.0.0.1 and speaks TLS with a certificate made for the run:
+no other process can connect to it. A cluster of the user's own keeps its own security.
+Small tasks go in batches of about ``batch_seconds``, which keeps dask's per-task overhead below
+raw ``client.map``; ``fn`` travels with every batch, so it survives the loss of every worker.
+A task is reported started once its batch says so (`schedulers._dask_batch`). A lost batch's
+tasks go back to the queue without an interruption; those that may have been running when the
+worker died run again one per batch, and only a task lost while it ran alone in its batch is
+reported lost (the engine records it interrupted; only it spends ``max_interruptions``).
 """
 
 from __future__ import annotations
