@@ -12,6 +12,9 @@ A block is run in a fresh namespace unless an HTML comment right before its fenc
 - ``needs slurm|gpu|cluster: REASON``: the block needs what this machine may lack. Alone, it
   is compiled and every name it takes from our packages looked up (with the keywords of our
   calls), but not run;
+- ``env KEY=VALUE``: set in the environment before the block runs (and kept for the blocks
+  after it), for what the page says the reader's environment holds (by default the test's,
+  with 8 emulated CPU devices: ``XLA_FLAGS=--xla_force_host_platform_device_count=8``);
 - ``here KEY=VALUE, ...``: with ``needs``, the block runs after all, with these keyword values
   replaced in its calls (a cluster's partition and sizes for this machine's, the GPU backend
   for a CPU one). A ``needs slurm`` block runs on the real Slurm here (require(): CI fails if
@@ -53,6 +56,7 @@ class Block:
     needs: str = ""  # "slurm", "gpu" or "cluster"
     reason: str = ""
     here: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
     file: str = ""
 
     @property
@@ -78,6 +82,9 @@ def parse_marker(block: Block, text: str) -> None:
             kind, _, reason = rest.partition(":")
             block.needs, block.reason = kind.strip(), reason.strip()
             assert block.reason, f"{where}: `needs {block.needs}` says why: `needs x: reason`"
+        elif word == "env" and re.fullmatch(r"\w+=\S*", rest):
+            key, _, value = rest.partition("=")
+            block.env[key] = value
         elif word == "here" and rest:
             call = ast.parse(f"f({rest})", mode="eval").body
             block.here = {k.arg: ast.unparse(k.value) for k in call.keywords}
@@ -146,7 +153,7 @@ def test_the_python_blocks_of_each_page_run(doc, tmp_path):
     slurm = any(b.needs == "slurm" and b.here for b in blocks)
     here_slurm = slurm and slurm_available()
     payload = [{"doc": b.doc, "line": b.line, "code": b.code, "continues": b.continues,
-                "given": b.given, "here": b.here if b.mode == "run" else {},
+                "given": b.given, "env": b.env, "here": b.here if b.mode == "run" else {},
                 "mode": "check" if b.needs == "slurm" and not here_slurm else b.mode,
                 "mode_arg": b.file} for b in blocks]
     (tmp_path / "blocks.json").write_text(json.dumps(payload))
@@ -157,6 +164,11 @@ def test_the_python_blocks_of_each_page_run(doc, tmp_path):
         f"{doc}: block {len(done) + 1} of {len(blocks)} (line {blocks[len(done)].line}) "
         f"failed:\n{proc.stderr[-6000:]}\n--- stdout ---\n{proc.stdout[-3000:]}")
     assert [(m, int(line)) for m, _, line in done] == [(p["mode"], p["line"]) for p in payload]
+    for ledger in tmp_path.glob("*.json"):  # the campaigns the page ran: none of them failed
+        records = json.loads(ledger.read_text())
+        if isinstance(records, dict) and records.get("format") == "diffsoup-campaign-ledger":
+            failed = {t: r["error"] for t, r in records["tasks"].items() if r["status"] != "accepted"}
+            assert not failed, f"{doc}: tasks of {ledger.name} not accepted: {failed}"
     if slurm:
         require(here_slurm, f"{doc}'s Slurm blocks were only compiled: no Slurm answers "
                             "(start one with scripts/slurm-start.sh)")

@@ -3,7 +3,7 @@
     python run_blocks.py BLOCKS.json
 
 BLOCKS.json is a list of blocks, each ``{"doc", "line", "code", "mode", "continues", "given",
-"here"}`` (``line``: the line of the block's first code line in the doc). ``mode`` is
+"env", "here"}`` (``line``: the line of the block's first code line in the doc). ``mode`` is
 
 - ``"run"``: executed, as a notebook cell is: in a fresh namespace whose ``__name__`` is
   ``"__main__"``, or in the previous block's namespace when ``continues``;
@@ -14,7 +14,8 @@ BLOCKS.json is a list of blocks, each ``{"doc", "line", "code", "mode", "continu
 ``given`` names are taken from tests/docs_data/given.py into the block's namespace first (a
 name with a suffix, ``run.json``, is that file of tests/docs_data/, copied into the folder);
 ``here`` maps keyword names to Python expressions that replace those keywords' values in the
-block's calls (a cluster's own partition and sizes, swapped for this machine's).
+block's calls (a cluster's own partition and sizes, swapped for this machine's); ``env`` is set
+in ``os.environ`` before the block runs.
 
 Line numbers in tracebacks are the doc's. After each block one line ``docs-test: <mode>
 <doc>:<line>`` goes to stdout; a failure prints its traceback and ends the process with 1.
@@ -27,6 +28,7 @@ import builtins
 import importlib
 import inspect
 import json
+import os
 import shutil
 import sys
 import traceback
@@ -188,6 +190,7 @@ def main(path: str) -> None:
             if not block["continues"]:
                 namespace = {"__name__": "__main__", "__builtins__": builtins}
             give(block["given"], namespace)
+            os.environ.update(block["env"])
             check_names(tree, known, where)
             exec(code, namespace)  # noqa: S102 - the doc's own code
         known.update(aliases(tree))
