@@ -167,11 +167,29 @@ def test_the_python_blocks_of_each_page_run(doc, tmp_path):
     for ledger in tmp_path.glob("*.json"):  # the campaigns the page ran: none of them failed
         records = json.loads(ledger.read_text())
         if isinstance(records, dict) and records.get("format") == "diffsoup-campaign-ledger":
-            failed = {t: r["error"] for t, r in records["tasks"].items() if r["status"] != "accepted"}
+            failed = {t: r["error"] for t, r in records["tasks"].items()
+                      if r["status"] != "accepted"}
             assert not failed, f"{doc}: tasks of {ledger.name} not accepted: {failed}"
     if slurm:
         require(here_slurm, f"{doc}'s Slurm blocks were only compiled: no Slurm answers "
                             "(start one with scripts/slurm-start.sh)")
+
+
+@pytest.mark.parametrize("code, message", [
+    ("from campaign import checkpointed_map, checkpointed_mapp\n",
+     "line 10: campaign.checkpointed_mapp: campaign has no 'checkpointed_mapp'"),
+    ("import schedulers\nschedulers.slurm.JobWatcherr\n", "line 11: schedulers.slurm.JobWatcherr"),
+    ("from campaign import checkpointed_map\ncheckpointed_map(fit, items, ledger_path='f.json',"
+     " execution='slurm', partiton='gpu')\n",
+     "line 11: checkpointed_map takes no keyword ['partiton']"),
+])
+def test_a_block_that_is_only_compiled_still_fails_on_a_name_we_lack(tmp_path, code, message):
+    payload = [{"doc": "docs/x.md", "line": 10, "code": code, "continues": False, "given": [],
+                "env": {}, "here": {}, "mode": "check", "mode_arg": ""}]
+    (tmp_path / "blocks.json").write_text(json.dumps(payload))
+    proc = subprocess.run([PYTHON, str(RUNNER), str(tmp_path / "blocks.json")], cwd=tmp_path,
+                          env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and f"docs/x.md, {message}" in proc.stderr, proc.stderr
 
 
 if __name__ == "__main__":  # the counts per page: python tests/test_docs_blocks.py

@@ -108,11 +108,15 @@ def check_names(tree: ast.Module, known: dict[str, str], where: str) -> int:
     """Look up every name the block takes from our packages (imports and attribute chains
     on them) and the keywords of calls of our functions; return how many were looked up."""
     known = {**ALIASES, **known, **aliases(tree)}
+    where = where.rsplit(":", 1)[0]  # the doc: the lines below are its own
     looked = 0
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for dotted in aliases(ast.Module([node], [])).values():
-                resolve(dotted)
+                try:
+                    resolve(dotted)
+                except (AttributeError, ImportError) as e:
+                    raise AttributeError(f"{where}, line {node.lineno}: {dotted}: {e}") from None
                 looked += 1
         elif isinstance(node, ast.Attribute) and not isinstance(getattr(node, "parent", None),
                                                                   ast.Attribute):
@@ -139,6 +143,7 @@ def check_keywords(call: ast.Call, fn, where: str) -> int:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return 0
+    where = where.rsplit(":", 1)[0]
     allowed = {n for n, p in params.items() if p.kind is not p.VAR_KEYWORD}
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         execution = next((k.value for k in call.keywords if k.arg == "execution"), None)
