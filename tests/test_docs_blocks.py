@@ -6,7 +6,7 @@ A block is run in a fresh namespace unless an HTML comment right before its fenc
 
 - ``continues``: the block runs in the previous block's namespace;
 - ``file NAME``: the block is a file the page asks the reader to save: it is written to NAME in the
-  working folder (and compiled), not run;
+  working folder and imported there;
 - ``given NAME, NAME``: names the page leaves to the reader (the user's ``fit`` and ``items``),
   taken from tests/docs_data/given.py;
 - ``needs slurm|gpu|cluster: REASON``: the block needs what this machine may lack. Alone, it
@@ -136,7 +136,7 @@ def test_every_block_is_run_or_says_why_not():
                 f"{doc}:{b.line}: the first block continues nothing"
     counts = summary()
     assert counts["run"] + counts["file"] + counts["check"] == sum(map(len, ALL.values()))
-    assert counts["run"] >= 3 * counts["check"], counts  # most blocks run
+    assert counts["run"] + counts["file"] > 2 * counts["check"], counts  # most blocks run
 
 
 def summary() -> dict[str, int]:

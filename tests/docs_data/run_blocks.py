@@ -7,7 +7,8 @@ BLOCKS.json is a list of blocks, each ``{"doc", "line", "code", "mode", "continu
 
 - ``"run"``: executed, as a notebook cell is: in a fresh namespace whose ``__name__`` is
   ``"__main__"``, or in the previous block's namespace when ``continues``;
-- ``"file"``: written to the working folder under the name ``mode_arg`` (and compiled);
+- ``"file"``: written to the working folder under the name ``mode_arg``, then imported (the
+  page's later blocks import it, or a job of its own does);
 - ``"check"``: compiled, and every name it takes from our packages looked up (a block that
   needs a cluster or a GPU this machine lacks).
 
@@ -185,8 +186,10 @@ def main(path: str) -> None:
         if block["here"]:
             apply_here(tree, block["here"], where)
         code = compile(tree, block["doc"], "exec")
-        if block["mode"] == "file":
+        if block["mode"] == "file":  # saved, then imported as the page's later blocks would
             Path(block["mode_arg"]).write_text(block["code"])
+            importlib.invalidate_caches()
+            importlib.import_module(Path(block["mode_arg"]).stem)
         elif block["mode"] == "check":
             looked = check_names(tree, known, where)
             print(f"docs-test: check {where} ({looked} names)", flush=True)
