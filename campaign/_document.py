@@ -16,6 +16,7 @@ from typing import Any, Callable
 import orjson
 from filelock import FileLock
 
+from . import _journal
 from ._atomic import atomic_write, write_error_text
 from ._errors import LedgerError, LedgerWriteError
 from ._jsonvalue import unwritable_message
@@ -48,6 +49,7 @@ def new_document(now: float | None = None) -> dict[str, Any]:
     return {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
+        "generation": _journal.new_generation(),
         "created": now,
         "updated": now,
         "runs": [],
@@ -81,9 +83,22 @@ class Serializer:
 
     def dumps(self, doc: dict[str, Any]) -> bytes:
         tasks = doc["tasks"]
+        parts = self.parts(tasks, tasks)
+        cache = self._records
+        if len(cache) > len(tasks):  # tasks were removed (campaign forget)
+            for task_id in [t for t in cache if t not in tasks]:
+                del cache[task_id]
+        head = orjson.dumps({key: value for key, value in doc.items() if key != "tasks"})
+        return b"".join((head[:-1], b',"tasks":{' if len(head) > 2 else b'{"tasks":{',
+                         b",".join(parts), b"}}\n"))
+
+    def parts(self, tasks: dict[str, Any], which: Any) -> list[bytes]:
+        """The ``"<task id>":<record>`` JSON of the tasks ``which`` names (ids of ``tasks``),
+        reused while a record is the same object; an unwritable record is isolated."""
         cache = self._records
         parts = []
-        for task_id, rec in tasks.items():
+        for task_id in which:
+            rec = tasks[task_id]
             kept = cache.get(task_id)
             if kept is None or kept[0] is not rec:
                 try:
@@ -93,12 +108,7 @@ class Serializer:
                     if kept is None:
                         continue
             parts.append(kept[1])
-        if len(cache) > len(tasks):  # tasks were removed (campaign forget)
-            for task_id in [t for t in cache if t not in tasks]:
-                del cache[task_id]
-        head = orjson.dumps({key: value for key, value in doc.items() if key != "tasks"})
-        return b"".join((head[:-1], b',"tasks":{' if len(head) > 2 else b'{"tasks":{',
-                         b",".join(parts), b"}}\n"))
+        return parts
 
     def _isolate(self, tasks: dict[str, Any], task_id: str,
                  rec: dict[str, Any]) -> tuple[dict[str, Any], bytes] | None:
@@ -131,7 +141,13 @@ def unwritable_record(task_id: str, rec: dict[str, Any]) -> dict[str, Any]:
 def parse(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse and check the bytes of a ledger file (``path`` names it in errors). Raises
     `LedgerError` naming the problem: not JSON, not a ledger, a newer version, or a field that
-    does not match docs/ledger.md (`check`)."""
+    does not match docs/ledger.md (`check`). The journal is not read (see `load`)."""
+    doc = _parse_unchecked(data, path)
+    check(doc, path)
+    return doc
+
+
+def _parse_unchecked(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
     if not data.strip():
         raise LedgerError(
             f"ledger {path} is empty, so it is not a campaign ledger (a ledger is never written "
@@ -160,9 +176,7 @@ def parse(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
             f"ledger {path} has format version {version}, newer than this diffsoup-campaign "
             f"reads ({FORMAT_VERSION}); upgrade diffsoup-campaign to use it"
         )
-    doc = _migrate(doc, version)
-    check(doc, path)
-    return doc
+    return _migrate(doc, version)
 
 
 def check(doc: dict[str, Any], path: Path) -> None:
@@ -176,6 +190,9 @@ def check(doc: dict[str, Any], path: Path) -> None:
         if key in doc and type(doc[key]) not in (int, float):
             raise LedgerError(f"ledger {path}: {key!r} is {doc.get(key)!r}, expected a number "
                               f"(a Unix time). {_UNTOUCHED}")
+    if "generation" in doc and type(doc["generation"]) is not str:
+        raise LedgerError(f"ledger {path}: 'generation' is {_short(doc['generation'])}, expected "
+                          f"a string. {_UNTOUCHED}")
     for index, run in enumerate(doc["runs"]):
         problem = run_problem(run)
         if problem is not None:
@@ -215,23 +232,51 @@ def _json_type(value: Any) -> str:
 
 
 def _migrate(doc: dict[str, Any], version: int) -> dict[str, Any]:
-    """Bring an older format version up to the current one (version 1 is the first)."""
+    """Bring an older format version up to the current one. Version 1 lacks ``generation``
+    (so no journal applies to it); it is written as version 2 at its next write."""
+    if version < FORMAT_VERSION:
+        doc["version"] = FORMAT_VERSION
     return doc
 
 
 def read(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and check the ledger at ``path`` (no lock needed: files are replaced atomically).
+    """Read and check the ledger at ``path``, its journal merged (no lock needed: the file is
+    replaced atomically and the journal only grows between replacements).
 
     This is ``campaign.read_ledger``. Returns the document (docs/ledger.md) as stored: non-finite
     floats stay tagged. Raises `LedgerError` when there is no ledger or it is not valid."""
+    return load(path)[0]
+
+
+#: (inode, size, mtime_ns) of the file, and the size of its journal: what tells a writer
+#: whether another process changed the ledger since it last read or wrote it.
+DiskState = tuple[int, int, int, int]
+
+
+def load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], DiskState]:
+    """`read`, also returning the `DiskState` of what was read. The file is read first, then
+    its journal; if the file was replaced meanwhile (a compaction), both are read again."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise LedgerError(f"no ledger at {path}: check the path") from None
-    except OSError as exc:
-        raise LedgerError(f"cannot read ledger {path}: {exc}") from None
-    return parse(data, path)
+    for _ in range(20):
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+                st = os.fstat(f.fileno())
+        except FileNotFoundError:
+            raise LedgerError(f"no ledger at {path}: check the path") from None
+        except OSError as exc:
+            raise LedgerError(f"cannot read ledger {path}: {exc}") from None
+        doc = _parse_unchecked(data, path)
+        journal = _journal.read(path, doc.get("generation"))
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            continue
+        if (now.st_ino, now.st_size, now.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns):
+            break
+    journal.apply(doc)
+    check(doc, path)
+    return doc, (st.st_ino, st.st_size, st.st_mtime_ns, journal.size)
 
 
 def backup_path(path: Path, why: str) -> Path:
@@ -261,11 +306,10 @@ def update(
     """
     path = real_path(path)
     with file_lock(path):
-        try:
-            original = path.read_bytes()
-        except FileNotFoundError:
-            raise LedgerError(f"no ledger at {path}: check the path") from None
-        doc = parse(original, path)
+        doc, state = load(path)
+        original = path.read_bytes() if backup is not None and not state[3] else None
+        if backup is not None and original is None:  # the file and its journal, as one file
+            original = dumps(doc)
         answer = mutate(doc)
         saved = None
         try:
@@ -273,6 +317,7 @@ def update(
                 saved = backup_path(path, backup)
                 atomic_write(saved, original)
             doc["updated"] = time.time()
+            doc["generation"] = _journal.new_generation()
             atomic_write(path, dumps(doc))
         except OSError as exc:  # the file is as it was (atomic_write leaves no temporary file)
             what, fix = write_error_text(exc)
@@ -281,13 +326,19 @@ def update(
             raise LedgerWriteError(
                 f"cannot write ledger {path} ({what}); it was left as it was. Fix: {fix}, then "
                 "try again", str(path), exc.errno) from exc
+        _journal.remove(path)  # the file holds it all now (a stale journal would be skipped)
     return answer, saved
 
 
-def file_state(path: Path) -> tuple[int, int, int] | None:
-    """What tells whether another process replaced the file since we last wrote it."""
+def file_state(path: Path) -> DiskState | None:
+    """What tells whether another process changed the ledger (replaced the file or appended to
+    its journal) since we last read or wrote it; None when there is no file."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+    try:
+        journal = os.stat(_journal.journal_path(path)).st_size
+    except FileNotFoundError:
+        journal = 0
+    return (st.st_ino, st.st_size, st.st_mtime_ns, journal)

@@ -1,10 +1,12 @@
 """The driver's ledger: the state of a campaign in memory, written to disk by group commit.
 
 One writer thread writes the ledger; `Ledger.put` only marks a record dirty. A commit carries
-every change since the previous one, so a campaign of N tasks writes O(N) times only when its
-tasks are slow, and writing takes at most about ``write_share`` of the wall time when they are
-fast. Each commit is a read-merge-write under ``<ledger>.lock``: changes other processes made
-(another worker, ``campaign forget``) are merged, never overwritten.
+every change since the previous one. A driver's commit appends the changed records to the
+ledger's journal (`campaign._journal`), so its cost does not grow with the ledger; the whole
+file is rewritten (compacted) when the journal reaches `COMPACT_FRACTION` of its size, at most
+about ``write_share`` of the wall time, and when the run opens and closes. Every commit is made
+under ``<ledger>.lock``: changes other processes made (another worker, ``campaign forget``) are
+merged, never overwritten.
 
 A failed write (disk full, read-only, I/O error) is retried with back-off for up to
 ``write_retry`` seconds; meanwhile `writable` is False, so the engine starts no new task. If the
@@ -24,8 +26,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from . import _document
-from ._array import absorb_fragments, live_leases, work_root
+from . import _document, _journal
+from ._array import absorb_fragments, fragment_files, live_leases, work_root
 from ._atomic import (HOST, WriteFailures, atomic_write, pid_alive, remove_stale_tmp,
                       write_error_text, write_retry_default)
 from ._errors import DriverBusyError, LedgerError, LedgerWriteError
@@ -37,6 +39,9 @@ logger = logging.getLogger(__name__)
 #: At most this long (seconds) is a failing write retried when a run closes after Ctrl-C,
 #: SIGTERM or an error, so that stopping never hangs for the whole write-retry window.
 CLOSE_RETRY = 10.0
+#: The longest pause (seconds) after a journal append before the next commit, however long the
+#: append took, unless ``min_interval`` is longer: outcomes reach the disk within about this.
+APPEND_PAUSE_MAX = 0.5
 
 
 class Ledger:
@@ -45,9 +50,12 @@ class Ledger:
     Args:
         path: the ledger file.
         min_interval: shortest time in seconds between two commits.
-        write_share: the largest share of wall time spent writing; a commit that took ``w``
-            seconds is followed by at least ``w * (1 - write_share) / write_share`` seconds
-            without one.
+        write_share: the largest share of wall time spent writing; a whole-file write that
+            took ``w`` seconds is followed by at least ``w * (1 - write_share) / write_share``
+            seconds without another (a driver appends to its journal meanwhile), and a journal
+            append by at most `APPEND_PAUSE_MAX` seconds without a commit.
+        compact_fraction: a driver rewrites the whole file once its journal holds this
+            fraction of the file's size.
         write_retry: how long in seconds failing writes are retried before `LedgerWriteError`
             (default: the environment variable ``DIFFSOUP_LEDGER_WRITE_RETRY``, else 900).
 
@@ -57,17 +65,20 @@ class Ledger:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, min_interval: float = 0.1,
-                 write_share: float = 0.1, write_retry: float | None = None):
+                 write_share: float = 0.1, write_retry: float | None = None,
+                 compact_fraction: float = _journal.COMPACT_FRACTION):
         self.path = _document.real_path(path)
         self.write_retry = write_retry_default() if write_retry is None else float(write_retry)
         if not self.write_retry >= 0:
             raise ValueError(f"write_retry must be >= 0 seconds, got {write_retry!r}")
         self.min_interval = min_interval
         self.write_share = write_share
+        self.compact_fraction = compact_fraction
         self.doc: dict[str, Any] = _document.new_document()
         self.run_id = uuid.uuid4().hex[:12]
         self.bytes_written = 0
-        self.commits = 0
+        self.commits = 0  # writes: whole-file writes (compactions) and journal appends
+        self.compactions = 0
         self.merges = 0
         self._state = threading.Lock()
         self._commit_mutex = threading.Lock()
@@ -77,7 +88,12 @@ class Ledger:
         self._closing = False
         self._writer_idle = False
         self._next_commit = 0.0
-        self._disk_state: tuple[int, int, int] | None = None
+        self._disk_state: _document.DiskState | None = None
+        self._generation: str | None = None  # of the file as this process last wrote or read it
+        self._need_whole = True  # the next commit rewrites the whole file
+        self._file_bytes = 0
+        self._journal_bytes = 0
+        self._compact_after = 0.0  # monotonic: no compaction before, unless one is needed
         self._serializer = _document.Serializer()
         self._file_lock = _document.file_lock(self.path)
         self._driver_lock = FileLock(self.path.with_name(self.path.name + ".driver"),
@@ -119,10 +135,9 @@ class Ledger:
         if not driver:
             with self._file_lock:
                 if self.path.exists():
-                    self.doc = _document.read(self.path)
+                    self.doc, self._disk_state = _document.load(self.path)
                 else:
                     self._write_locked()
-                self._disk_state = _document.file_state(self.path)
             self._start_writer()
             return
         try:
@@ -140,25 +155,28 @@ class Ledger:
             with self._file_lock:
                 remove_stale_tmp(self.path)
                 settled: list[Path] = []
+                clean = False  # the file alone is what it holds: this run can append to it
                 if self.path.exists():
-                    doc = _document.read(self.path)
+                    doc, state = _document.load(self.path)
+                    clean = not state[3] and "generation" in doc \
+                        and not fragment_files(self.path)
                     settled = absorb_fragments(doc, self.path)
                     if not resume:
-                        saved = _document.backup_path(self.path, "replaced")
-                        os.replace(self.path, saved)
-                        if work_root(self.path).exists():  # its array fragments go with it
-                            os.replace(work_root(self.path), work_root(saved))
-                        logger.info("resume=False: the old ledger was kept as %s", saved)
+                        self._set_aside(doc, state)
                         doc = _document.new_document()
                     else:
-                        self._take_over(doc)
+                        self._dirty.update(self._take_over(doc))
+                        self._disk_state, self._file_bytes = state, state[1]
+                        self._generation = doc.get("generation")
+                        self._need_whole = not clean
                     self.doc = doc
                 now = time.time()
                 self.doc["runs"] = (self.doc["runs"] + [{
                     "id": self.run_id, "host": HOST, "pid": os.getpid(), "execution": execution,
                     "started": now, "ended": None, "status": "running", "refused": [],
                 }])[-RUNS_LIMIT:]
-                self._write_locked()  # not retried: nothing has run yet
+                self._meta_dirty = True
+                self._write_or_append_locked()  # not retried: nothing has run yet
                 for fragment in settled:
                     fragment.unlink(missing_ok=True)
         except BaseException:
@@ -183,8 +201,21 @@ class Ledger:
             "finish, stop it, or pass another ledger_path"
         )
 
-    def _take_over(self, doc: dict[str, Any]) -> None:
-        """We hold the driver's lock, so no earlier driver is alive: its leftovers are ours."""
+    def _set_aside(self, doc: dict[str, Any], state: _document.DiskState) -> None:
+        """resume=False: keep the old ledger (with its journal merged) beside, with its array
+        work folder, under a name that says so."""
+        saved = _document.backup_path(self.path, "replaced")
+        if state[3]:  # a journal: the file alone does not hold everything
+            atomic_write(saved, _document.dumps(doc))
+        else:
+            os.replace(self.path, saved)
+        if work_root(self.path).exists():  # its array fragments go with it
+            os.replace(work_root(self.path), work_root(saved))
+        logger.info("resume=False: the old ledger was kept as %s", saved)
+
+    def _take_over(self, doc: dict[str, Any]) -> list[str]:
+        """We hold the driver's lock, so no earlier driver is alive: its leftovers are ours.
+        Returns the tasks whose records changed."""
         for run in doc["runs"]:
             if run.get("status") == "running":
                 same_host_alive = run.get("host") == HOST and run.get("pid") != os.getpid() \
@@ -205,6 +236,7 @@ class Ledger:
             tasks[tid] = rec
         if stale:
             logger.info("%d task(s) left running by a dead driver are now interrupted", len(stale))
+        return stale
 
     # ------------------------------------------------------------------ updates
     @property
@@ -252,6 +284,7 @@ class Ledger:
             ordered.update((tid, rec) for tid, rec in tasks.items() if tid not in ordered)
             self.doc["tasks"] = ordered
             self._meta_dirty = True
+            self._need_whole = True  # the journal cannot say a new order
 
     def set_run(self, **fields: Any) -> None:
         """Change fields of this run's entry (e.g. ``refused``, ``status``)."""
@@ -283,6 +316,7 @@ class Ledger:
                 self.set_run(status=status, ended=time.time())
             with self._state:
                 self._closing = True
+                self._need_whole = True  # at the end, the file alone holds everything
                 self._wake.notify()
             if self._writer is not None:
                 self._writer.join()
@@ -376,32 +410,96 @@ class Ledger:
             begun = time.monotonic()
             with self._file_lock:
                 with self._state:
-                    if not (self._dirty or self._meta_dirty):
+                    owed = self._need_whole and self._journal_bytes  # a compaction is owed
+                    if not (self._dirty or self._meta_dirty or owed):
                         return
-                self._write_locked()
-            spent = time.monotonic() - begun
-            pause = max(self.min_interval, spent * (1 - self.write_share) / self.write_share)
-            self._next_commit = time.monotonic() + pause
+                whole = self._write_or_append_locked()
+            now = time.monotonic()
+            spent = now - begun
+            rest = spent * (1 - self.write_share) / self.write_share
+            if whole and self.driver:  # appends go on meanwhile; the next compaction waits
+                self._compact_after = now + rest
+                pause = self.min_interval
+            elif whole:
+                pause = max(self.min_interval, rest)
+            else:
+                pause = max(self.min_interval, min(rest, APPEND_PAUSE_MAX))
+            self._next_commit = now + pause
 
-    def _write_locked(self) -> None:
-        """Merge foreign changes and write; the caller holds ``<ledger>.lock``."""
-        with self._state:
-            if self._disk_state is not None and _document.file_state(self.path) != self._disk_state:
-                self._merge_from_disk()
-            self.doc["updated"] = time.time()
-            data = self._serializer.dumps(self.doc)
-            taken, self._dirty = self._dirty, set()
-            meta, self._meta_dirty = self._meta_dirty, False
+    def _write_or_append_locked(self) -> bool:
+        """Append the changes to the journal, or write the whole file when that is due (see
+        the module's docstring). The caller holds ``<ledger>.lock``. True if the whole file
+        was written."""
+        if self.driver and self._generation is not None \
+                and _document.file_state(self.path) == self._disk_state:
+            with self._state:
+                line, taken, meta = self._journal_line()
+            if line is not None:
+                self._append(line, taken, meta)
+                return False
+        self._write_locked()
+        return True
+
+    def _journal_line(self) -> tuple[bytes | None, set[str], bool]:
+        """The journal line of the changes (the caller holds ``_state``), or None when the
+        whole file is to be written (a compaction is due or needed)."""
+        if self._need_whole:
+            return None, set(), False
+        tasks = self.doc["tasks"]
+        parts = self._serializer.parts(tasks, [tid for tid in self._dirty if tid in tasks])
+        size = sum(map(len, parts))
+        if (self._journal_bytes + size >= self.compact_fraction * self._file_bytes
+                and time.monotonic() >= self._compact_after):
+            return None, set(), False
+        now = self.doc["updated"] = time.time()
+        line = _journal.encode(self._generation, now, parts,
+                               self.doc["runs"] if self._meta_dirty else None)
+        taken, self._dirty = self._dirty, set()
+        meta, self._meta_dirty = self._meta_dirty, False
+        return line, taken, meta
+
+    def _append(self, line: bytes, taken: set[str], meta: bool) -> None:
         try:
-            st = atomic_write(self.path, data)
+            size = _journal.append(self.path, line)
         except BaseException:
             with self._state:
                 self._dirty |= taken
                 self._meta_dirty = self._meta_dirty or meta
+                self._need_whole = True  # never append after a line that may be cut short
             raise
-        self._disk_state = (st.st_ino, st.st_size, st.st_mtime_ns)
+        self._journal_bytes = size
+        assert self._disk_state is not None
+        self._disk_state = self._disk_state[:3] + (size,)
+        self.bytes_written += len(line)
+        self.commits += 1
+
+    def _write_locked(self) -> None:
+        """Merge foreign changes and write the whole file with a new generation, then remove
+        the journal; the caller holds ``<ledger>.lock``."""
+        with self._state:
+            if self._disk_state is not None and _document.file_state(self.path) != self._disk_state:
+                self._merge_from_disk()
+            self.doc["updated"] = time.time()
+            generation = self.doc["generation"] = _journal.new_generation()
+            data = self._serializer.dumps(self.doc)
+            taken, self._dirty = self._dirty, set()
+            meta, self._meta_dirty = self._meta_dirty, False
+            self._need_whole = False
+        try:
+            st = atomic_write(self.path, data)
+            _journal.remove(self.path)  # after the replacement: see docs/ledger.md
+        except BaseException:
+            with self._state:
+                self._dirty |= taken
+                self._meta_dirty = self._meta_dirty or meta
+                self._need_whole = True
+            raise
+        self._disk_state = (st.st_ino, st.st_size, st.st_mtime_ns, 0)
+        self._generation = generation
+        self._file_bytes, self._journal_bytes = len(data), 0
         self.bytes_written += len(data)
         self.commits += 1
+        self.compactions += 1
 
     def _merge_from_disk(self) -> None:
         """Another process replaced the file: adopt its records except those we changed."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 FORMAT_NAME = "diffsoup-campaign-ledger"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class Status(str, enum.Enum):

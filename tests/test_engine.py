@@ -35,7 +35,7 @@ def test_results_in_item_order_and_ledger_is_standard_json(ledger):
     assert camp.task_ids == tuple(f"t{i}" for i in range(4, -1, -1))
     doc = json.loads(ledger.read_text())  # the stdlib reads it
     assert list(doc["tasks"]) == list(camp.task_ids)
-    assert doc["format"] == "diffsoup-campaign-ledger" and doc["version"] == 1
+    assert doc["format"] == "diffsoup-campaign-ledger" and doc["version"] == 2
     rec = doc["tasks"]["t2"]
     assert rec["status"] == "accepted" and rec["attempts"] == 1 and rec["pid"] == os.getpid()
     assert rec["fingerprint"].startswith("sha256:") and rec["duration"] >= 0

@@ -1,0 +1,165 @@
+"""The ledger's journal: each commit's outcomes appended between whole-file writes.
+
+``<ledger>.journal`` beside the file the ledger path resolves to holds one line per commit,
+``<crc32> <json>\\n``, where ``<json>`` is ``{"generation", "updated", "tasks"[, "runs"]}`` and
+``generation`` names the whole-file write the line applies to (docs/ledger.md, "The journal and
+compaction"). Only the driver appends, under ``<ledger>.lock``; every whole-file write (a
+compaction) gives the file a new generation and then removes the journal, so a line left
+behind by a compaction killed halfway is of an older generation and skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ._atomic import fsync_dir
+
+logger = logging.getLogger(__name__)
+
+SUFFIX = ".journal"
+#: The file is compacted once its journal holds this fraction of the file's size.
+COMPACT_FRACTION = 0.5
+
+
+def journal_path(ledger: str | os.PathLike[str]) -> Path:
+    """``<ledger>.journal`` beside the file the ledger path resolves to (symlinks followed)."""
+    target = Path(os.path.realpath(ledger))
+    return target.with_name(target.name + SUFFIX)
+
+
+def new_generation() -> str:
+    """A random id for one whole-file write: 16 lowercase hex digits."""
+    return secrets.token_hex(8)
+
+
+def encode(generation: str, updated: float, task_parts: list[bytes],
+           runs: list[dict[str, Any]] | None = None) -> bytes:
+    """One journal line. ``task_parts`` are ``"<task id>":<record>`` JSON fragments (as
+    `campaign._document.Serializer.part` makes them); ``runs``, when given, is the whole new
+    runs list."""
+    head = {"generation": generation, "updated": updated}
+    if runs is not None:
+        head["runs"] = runs
+    payload = b"".join((orjson.dumps(head)[:-1], b',"tasks":{', b",".join(task_parts), b"}}"))
+    return b"%08x " % zlib.crc32(payload) + payload + b"\n"
+
+
+def append(ledger: Path, line: bytes) -> int:
+    """Append one line durably (``O_APPEND``, write, ``fsync``; the folder is ``fsync``-ed too
+    when the journal is created). Returns the journal's new size in bytes.
+
+    An `OSError` (disk full, I/O error) cuts the journal back to its size before the append,
+    if it can, and is raised again: the caller compacts next time."""
+    path = journal_path(ledger)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        before = os.fstat(fd).st_size
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except BaseException:
+            try:
+                os.ftruncate(fd, before)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(fd)
+    if before == 0:  # the journal may be new: make its name durable too
+        fsync_dir(path.parent)
+    return before + len(line)
+
+
+@dataclass
+class Journal:
+    """What a reader found in a ledger's journal: its lines of the file's generation, in
+    order, and the journal's size in bytes (0 if there is none)."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    size: int = 0
+
+    @property
+    def present(self) -> bool:
+        return self.size > 0
+
+    def apply(self, doc: dict[str, Any]) -> None:
+        """Apply the entries to ``doc`` in place: records replaced (new tasks added last), the
+        runs list replaced where an entry has one, ``updated`` set."""
+        tasks = doc["tasks"]
+        for entry in self.entries:
+            tasks.update(entry["tasks"])
+            if "runs" in entry:
+                doc["runs"] = entry["runs"]
+            doc["updated"] = entry["updated"]
+
+
+def read(ledger: Path, generation: str | None) -> Journal:
+    """The journal of ``ledger``: the lines of ``generation`` up to the first line that is torn
+    or corrupt (a warning names it; it and the lines after it are ignored). With no
+    generation (a version-1 file) no line applies."""
+    path = journal_path(ledger)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return Journal()
+    found = Journal(size=len(data))
+    if generation is None or not data:
+        return found
+    skipped = 0
+    begin = 0
+    number = 0
+    while begin < len(data):
+        number += 1
+        end = data.find(b"\n", begin)
+        if end < 0:
+            logger.warning("journal %s: line %d is not whole (a write was cut short, e.g. by a "
+                           "crash); it is ignored, the %d line(s) before it are kept", path,
+                           number, number - 1)
+            break
+        entry = _decode(data[begin:end])
+        if entry is None:
+            logger.warning("journal %s: line %d is corrupt (its checksum or JSON is wrong); it "
+                           "and the lines after it are ignored, the %d line(s) before it are "
+                           "kept", path, number, number - 1)
+            break
+        begin = end + 1
+        if entry["generation"] != generation:
+            skipped += 1
+            continue
+        found.entries.append(entry)
+    if skipped:
+        logger.debug("journal %s: %d line(s) of an older generation skipped", path, skipped)
+    return found
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    if len(line) < 10 or line[8:9] != b" ":
+        return None
+    payload = line[9:]
+    try:
+        if int(line[:8], 16) != zlib.crc32(payload):
+            return None
+        entry = orjson.loads(payload)
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    if (type(entry) is not dict or type(entry.get("generation")) is not str
+            or type(entry.get("tasks")) is not dict
+            or type(entry.get("updated")) not in (int, float)
+            or type(entry.get("runs", [])) is not list):
+        return None
+    return entry
+
+
+def remove(ledger: Path) -> None:
+    """Remove the journal (after a whole-file write made it redundant)."""
+    journal_path(ledger).unlink(missing_ok=True)
