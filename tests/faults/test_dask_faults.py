@@ -275,3 +275,19 @@ def test_a_cluster_of_ones_own_keeps_its_security(tmp_path):
         assert camp.complete
     with pytest.raises(ValueError, match="keeps the security it was made with"):
         DaskScheduler(client=object(), security=security)
+
+
+def exits(item: dict[str, Any]) -> dict[str, Any]:
+    if item["x"] == 1:
+        raise SystemExit(f"task {item['x']} exits")
+    return {"x": item["x"]}
+
+
+def test_a_base_exception_in_fn_is_that_tasks_failure_with_its_type(tmp_path):
+    items = [{"task_id": f"t{i}", "x": i} for i in range(4)]
+    camp = checkpointed_map(exits, items, ledger_path=tmp_path / "l.json",
+                            execution=DaskScheduler(workers=1))
+    [failure] = camp.failures
+    assert failure.task_id == "t1" and failure.error_type == "SystemExit"
+    assert "task 1 exits" in failure.message and "in exits" in failure.traceback
+    assert [r["x"] for r in camp.results] == [0, 2, 3]
