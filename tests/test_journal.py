@@ -1,0 +1,214 @@
+"""The ledger's journal (docs/ledger.md, "The journal and compaction"): outcomes appended between
+whole-file writes, merged by every reader, compacted away at the end of a run.
+
+The states a killed driver leaves are made with a real driver `Ledger`: its file and journal
+are copied after its commits, it is closed (it compacts), and the copies are put back, as if
+it had been killed before closing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from campaign import Ledger, checkpointed_map, read_ledger
+from campaign._document import dumps, new_document, update
+from campaign._journal import journal_path
+from campaign._jsonvalue import fingerprint
+from campaign._records import finished, new_record, started
+from testkit import PATIENCE, PYTHON, child_env
+
+DATA = Path(__file__).with_name("ledger_data")
+
+
+def item(tid: str, x: int = 0) -> dict:
+    return {"task_id": tid, "x": x}
+
+
+def outcome(rec: dict, status: str = "accepted") -> dict:
+    rec = started(rec, host="h", pid=1, worker=None, device_group=None, at=time.time())
+    return finished(rec, status, at=time.time(),
+                    result={"x": rec["item"]["x"]} if status == "accepted" else None,
+                    error=None if status == "accepted" else {"type": "E", "message": "m"})
+
+
+def killed_driver(path: Path, lines: list[list[str]]) -> tuple[bytes, bytes, bytes]:
+    """A driver commits one journal line per list of task ids (each task accepted), and would
+    be killed then: returns the file and the journal at that moment, and the file its close
+    compacted. The compacted file is left in place."""
+    led = Ledger(path, min_interval=0.0, compact_fraction=1e9)
+    led.open()
+    for tids in lines:
+        for tid in tids:
+            led.put(tid, outcome(led.tasks.get(tid) or new_record(item(tid), fingerprint(item(tid)))))
+        led.flush()
+    state = path.read_bytes(), journal_path(path).read_bytes()
+    led.close("finished")
+    assert not journal_path(path).exists()
+    return state[0], state[1], path.read_bytes()
+
+
+def restore(path: Path, file: bytes, journal: bytes) -> None:
+    path.write_bytes(file)
+    journal_path(path).write_bytes(journal)
+
+
+def test_each_commit_is_a_journal_line_merged_by_readers(ledger):
+    file, journal, compacted = killed_driver(ledger, [["a"], ["b", "c"], ["d"]])
+    assert set(orjson.loads(file)["tasks"]) == set()  # the file alone: none of the outcomes
+    assert journal.count(b"\n") == 3  # one line per commit (the new file holds the run)
+    restore(ledger, file, journal)
+    doc = read_ledger(ledger)
+    assert {t: r["status"] for t, r in doc["tasks"].items()} == dict.fromkeys("abcd", "accepted")
+    assert doc["tasks"] == orjson.loads(compacted)["tasks"]
+    assert [r["status"] for r in doc["runs"]] == ["running"]  # as a killed driver left it
+
+
+def test_a_torn_last_line_is_ignored_with_a_warning_and_the_lines_before_kept(ledger, caplog):
+    file, journal, _ = killed_driver(ledger, [["a"], ["b"], ["c"]])
+    last = journal.rstrip(b"\n").rfind(b"\n") + 1
+    for cut in (last + 1, last + 9, len(journal) - 1):  # a crash during the last append
+        restore(ledger, file, journal[:cut])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="campaign._journal"):
+            tasks = read_ledger(ledger)["tasks"]
+        assert {t: r["status"] for t, r in tasks.items()} == {"a": "accepted", "b": "accepted"}
+        assert any("line 3 is not whole" in r.getMessage() and r.levelno == logging.WARNING
+                   for r in caplog.records), caplog.text
+
+
+def test_a_corrupt_line_ends_the_journal_with_a_warning(ledger, caplog):
+    file, journal, _ = killed_driver(ledger, [["a"], ["b"], ["c"]])
+    lines = journal.splitlines(keepends=True)
+    bad = bytearray(lines[1])
+    bad[len(bad) // 2] ^= 0x01  # one flipped bit: the checksum no longer matches
+    restore(ledger, file, b"".join(lines[:1] + [bytes(bad)] + lines[2:]))
+    with caplog.at_level(logging.WARNING, logger="campaign._journal"):
+        tasks = read_ledger(ledger)["tasks"]
+    assert {t: r["status"] for t, r in tasks.items()} == {"a": "accepted"}  # c comes after b's line
+    assert "line 2 is corrupt" in caplog.text
+
+
+def test_lines_of_an_older_generation_are_skipped(ledger, caplog):
+    """A compaction killed after it replaced the file, before it removed the journal."""
+    _, journal, compacted = killed_driver(ledger, [["a"], ["b"]])
+    restore(ledger, compacted, journal + journal)  # stale lines, even twice over
+    with caplog.at_level(logging.WARNING):
+        doc = read_ledger(ledger)
+    assert doc == orjson.loads(compacted) and not caplog.records
+
+
+def test_the_next_driver_compacts_a_killed_drivers_journal_and_keeps_its_outcomes(ledger):
+    file, journal, _ = killed_driver(ledger, [["a"], ["b"]])
+    restore(ledger, file, journal[:-3])  # b's line cut short: b was not recorded
+    calls = []
+    camp = checkpointed_map(lambda it: calls.append(it["task_id"]) or {"x": it["x"]},
+                            [item(t) for t in "abc"], ledger_path=ledger)
+    assert camp.complete and calls == ["b", "c"]
+    doc = orjson.loads(ledger.read_bytes())  # the file alone holds everything
+    assert not journal_path(ledger).exists()
+    assert [doc["tasks"][t]["status"] for t in "abc"] == ["accepted"] * 3
+    assert [r["status"] for r in doc["runs"]] == ["crashed", "finished"]
+
+
+def test_other_writers_compact_the_journal(ledger):
+    file, journal, _ = killed_driver(ledger, [["a"], ["b"]])
+    restore(ledger, file, journal)
+    generation = orjson.loads(file)["generation"]
+    update(ledger, lambda doc: doc["tasks"].pop("a"))  # as `campaign forget a` does
+    assert not journal_path(ledger).exists()
+    doc = orjson.loads(ledger.read_bytes())
+    assert list(doc["tasks"]) == ["b"] and doc["tasks"]["b"]["status"] == "accepted"
+    assert doc["generation"] != generation
+
+    restore(ledger, file, journal)  # a writer that is not the driver (an array worker)
+    other = Ledger(ledger, min_interval=0.0)
+    other.open(driver=False)
+    other.put("e", outcome(new_record(item("e"), fingerprint(item("e")))))
+    other.close("finished")
+    assert not journal_path(ledger).exists()
+    assert set(orjson.loads(ledger.read_bytes())["tasks"]) == {"a", "b", "e"}
+
+
+def test_a_version_1_file_still_loads_and_resumes(tmp_path, caplog):
+    path = tmp_path / "old.json"
+    shutil.copy(DATA / "ledger-v1.json", path)
+    journal_path(path).write_bytes(b"00000000 {}\n")  # a version-1 file has no journal
+    doc = read_ledger(path)
+    assert doc["version"] == 2 and "generation" not in doc
+    assert {t: r["status"] for t, r in doc["tasks"].items()} == {
+        "v0": "accepted", "v1": "accepted", "v2": "failed"}
+    assert doc["tasks"]["v1"]["result"] == {"y": 10, "inf": {"$float": "inf"}}
+    calls = []
+    camp = checkpointed_map(lambda it: calls.append(it["task_id"]) or {"y": it["x"] * 10},
+                            [item(f"v{i}", i) for i in range(3)], ledger_path=path)
+    assert calls == ["v2"] and camp.result("v1")["inf"] == float("inf")
+    written = orjson.loads(path.read_bytes())
+    assert written["version"] == 2 and isinstance(written["generation"], str)
+    assert [r["status"] for r in written["runs"]] == ["finished", "finished"]
+    assert not journal_path(path).exists()
+
+
+def test_a_resume_with_tasks_to_run_writes_the_file_once(ledger):
+    items = [item(f"t{i:04d}", i) for i in range(2000)]
+    checkpointed_map(lambda it: {"x": it["x"]} if it["x"] % 100 else 1 / 0, items,
+                     ledger_path=ledger)
+    size = ledger.stat().st_size
+    camp = checkpointed_map(lambda it: {"x": it["x"]}, items, ledger_path=ledger)
+    assert camp.complete and camp.ran == 20
+    # its run's entry and the 20 outcomes were appended, the whole file written at the end only
+    assert ledger.stat().st_size <= camp.ledger_bytes_written < 1.5 * size
+
+
+CHILD_READER = """
+import os, sys, time
+from campaign import read_ledger
+path, tid, deadline = sys.argv[1], sys.argv[2], time.monotonic() + float(sys.argv[3])
+while True:
+    before = os.stat(path).st_ino
+    doc = read_ledger(path)
+    after = os.stat(path).st_ino
+    if doc["tasks"].get(tid, {}).get("status") == "accepted" or time.monotonic() > deadline:
+        break
+    time.sleep(0.05)
+print(before, after, doc["generation"], doc["tasks"].get(tid, {}).get("status"))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_an_outcome_is_on_disk_before_the_next_whole_file_write_of_a_large_ledger(ledger):
+    """200,000 records: a second process reads each finished task through read_ledger while
+    the file is still the one the run started with (no whole-file write in between)."""
+    n = 200_000
+    doc = new_document()
+    template = outcome(new_record(item("x"), fingerprint(item("x"))))
+    items = [item(f"t{i:06d}", i) for i in range(n)]
+    for it in items:
+        doc["tasks"][it["task_id"]] = dict(template, item=it, fingerprint=fingerprint(it),
+                                           result={"x": it["x"]})
+    ledger.write_bytes(dumps(doc))
+    inode, generation = ledger.stat().st_ino, doc["generation"]
+    seen = []
+
+    def fn(it):
+        if it["x"] > n:  # the task before this one finished: another process must see it
+            out = subprocess.run([PYTHON, "-c", CHILD_READER, str(ledger), f"n{it['x'] - n - 1}",
+                                  str(PATIENCE)], env=child_env(), capture_output=True,
+                                 text=True, timeout=PATIENCE + 60, check=True)
+            seen.append(out.stdout.split())
+        return {"x": it["x"]}
+
+    new = [item(f"n{k}", n + k) for k in range(3)]
+    camp = checkpointed_map(fn, items + new, ledger_path=ledger)
+    assert camp.complete and camp.kept == n and camp.ran == 3
+    assert seen == [[str(inode), str(inode), generation, "accepted"]] * 2
+    assert ledger.stat().st_ino != inode and not journal_path(ledger).exists()  # compacted
+    assert os.path.getsize(ledger) > 0 and read_ledger(ledger)["tasks"]["n2"]["status"] == "accepted"
