@@ -250,7 +250,7 @@ class _Run:
             tries = self.tries[tid] = tries + 1
         decision = settle(rec, out.kind, limits=self.limits, tries=tries, lost=lost,
                           at=out.ended, began=out.started, where=_where(out.placement),
-                          result=out.result, error=out.error)
+                          result=out.result, error=out.error, usage=out.usage)
         new, again = decision.record, decision.again
         self.ledger.put(tid, new)
         if again:

@@ -68,7 +68,8 @@ class Decision:
 
 def settle(rec: dict[str, Any], kind: OutcomeKind, *, limits: Limits, tries: int, lost: int,
            at: float, began: float | None = None, where: dict[str, Any] | None = None,
-           result: Any = None, error: ErrorInfo | None = None) -> Decision:
+           result: Any = None, error: ErrorInfo | None = None,
+           usage: dict[str, Any] | None = None) -> Decision:
     """The end of the running attempt recorded in ``rec``.
 
     Args:
@@ -81,11 +82,12 @@ def settle(rec: dict[str, Any], kind: OutcomeKind, *, limits: Limits, tries: int
         lost: how many attempts of this task were lost in this run, this one included.
         at, began, where: when the attempt ended, and (if the scheduler knows them better at
             the end) when it began and where it ran.
+        usage: what ``fn`` used in the attempt (`schedulers.Outcome.usage`), recorded with it.
 
     Returns:
         the new record and whether to run the task again now.
     """
-    times = {"at": at, "began": began, "where": where}
+    times = {"at": at, "began": began, "where": where, "usage": usage}
     if kind is OutcomeKind.RESULT:
         try:
             stored = encode_result(result, task_id=rec["item"].get("task_id"))

@@ -11,6 +11,8 @@ from itertools import chain, compress
 from operator import itemgetter, methodcaller
 from typing import Any
 
+from schedulers._usage import FIELDS as USAGE_FIELDS
+
 from ._status import ACCEPTED, HISTORY_LIMIT, INTERRUPTED, PENDING, RUNNING, Status
 
 
@@ -37,7 +39,7 @@ def new_record(item: Any, fingerprint: str) -> dict[str, Any]:
 
 def _history_entry(rec: dict[str, Any]) -> dict[str, Any]:
     error = rec["error"]
-    return {
+    entry = {
         "attempt": rec["attempts"],
         "status": rec["status"],
         "host": rec["host"],
@@ -48,6 +50,10 @@ def _history_entry(rec: dict[str, Any]) -> dict[str, Any]:
         "duration": rec["duration"],
         "error": None if error is None else {"type": error["type"], "message": error["message"]},
     }
+    for key in USAGE_FIELDS:  # what the attempt used, where it was measured
+        if key in rec:
+            entry[key] = rec[key]
+    return entry
 
 
 def started(
@@ -64,6 +70,8 @@ def started(
     if rec["attempts"] > 0:
         history = (history + [_history_entry(rec)])[-HISTORY_LIMIT:]
     new = dict(rec)
+    for key in USAGE_FIELDS:  # the previous attempt's, now in the history
+        new.pop(key, None)
     new.update(
         status=RUNNING,
         attempts=rec["attempts"] + 1,
@@ -90,15 +98,20 @@ def finished(
     where: dict[str, Any] | None = None,
     result: dict[str, Any] | None = None,
     error: dict[str, str] | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The running attempt ends with ``status`` ``accepted``, ``failed`` or ``interrupted``.
 
     ``began`` and ``where`` (host, pid, worker, device_group), when the scheduler knows them
     better at the end than at the start (a batch on a dask worker), replace the start's.
+    ``usage`` (``cpu_s``, ``peak_rss_bytes``, ``gpu_peak_bytes``, those measured) is what the
+    attempt used; without it the record has none of these fields.
     """
     new = dict(rec)
     if where is not None:
         new.update(where)
+    if usage:
+        new.update(usage)
     begun = rec["started"] if began is None else began
     new.update(
         status=status,

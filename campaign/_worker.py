@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 import orjson
 
 from schedulers import ErrorInfo, OutcomeKind
+from schedulers._usage import Meter
 
 from . import _document, _records
 from ._array import WorkDir, merge_fragments, overlay, task_key, work_root
@@ -174,12 +175,15 @@ def _run_one(fn, rec, tid, work, owner, lease, summary, limits: Limits):
     where = {"host": owner["host"], "pid": owner["pid"], "worker": owner["worker"],
              "device_group": None}
     tries = 0
+    meter = Meter()
     while True:
         begun = _records.started(rec, at=time.time(), **where)
         summary.ran += 1
         tries += 1
         try:
-            value = fn(decode(begun["item"]))
+            item = decode(begun["item"])
+            with meter:
+                value = fn(item)
         except Interrupted as exc:
             new = stopped(begun, at=time.time(), error=ErrorInfo(
                 "Interrupted", f"{exc}; the task was released for another worker"))
@@ -191,10 +195,10 @@ def _run_one(fn, rec, tid, work, owner, lease, summary, limits: Limits):
             info = ErrorInfo.from_exception(exc.with_traceback(
                 exc.__traceback__.tb_next if exc.__traceback__ else None))
             decision = settle(begun, OutcomeKind.ERROR, limits=limits, tries=tries, lost=0,
-                              at=time.time(), error=info)
+                              at=time.time(), error=info, usage=meter.usage)
         else:
             decision = settle(begun, OutcomeKind.RESULT, limits=limits, tries=tries, lost=0,
-                              at=time.time(), result=value)
+                              at=time.time(), result=value, usage=meter.usage)
         rec = decision.record
         if decision.again:
             continue

@@ -283,12 +283,12 @@ class DaskScheduler(Scheduler):
         placement = Placement(host, pid, worker, group)
         events: list[Event] = []
         by_id = {t.task_id: t for t in batch.tasks}
-        for task_id, attempt, how, value, begun, ended in outcomes:
+        for task_id, attempt, how, value, begun, ended, usage in outcomes:
             events += self._started_events([by_id[task_id]], placement, begun)
             kind = OutcomeKind.RESULT if how == "result" else OutcomeKind.ERROR
             events.append(Outcome(task_id, attempt, kind, placement, begun, ended,
                                   result=value if how == "result" else None,
-                                  error=value if how == "error" else None))
+                                  error=value if how == "error" else None, usage=usage))
             self._started.discard(task_id)
             self._alone.discard(task_id)
         self._learn(outcomes)
@@ -349,7 +349,7 @@ class DaskScheduler(Scheduler):
 
     def _learn(self, outcomes: list) -> None:
         """Size the next batches from the measured task durations."""
-        for *_, begun, ended in outcomes:
+        for _, _, _, _, begun, ended, _ in outcomes:
             self._seen += 1
             self._mean += ((ended - begun) - self._mean) / min(self._seen, 1000)
         size = int(self.batch_seconds / max(self._mean, 1e-6))

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from ._events import ErrorInfo
 from ._host import HOST
+from ._usage import Meter
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,8 @@ def _trimmed(exc: BaseException) -> BaseException:
 
 
 def run_batch(fn: Callable[[Any], Any], tasks: list[tuple[str, int, Any]]) -> tuple[Any, list]:
-    """Run ``fn`` on each ``(task_id, attempt, item)``; return where, and one outcome per task.
+    """Run ``fn`` on each ``(task_id, attempt, item)``; return where, and one outcome per task:
+    ``(task_id, attempt, "result" | "error", value, started, ended, usage)``.
 
     An exception in ``fn`` (any `BaseException`, ``SystemExit`` included) is that task's
     outcome, not the batch's: the batch itself fails only when its worker is lost. With a
@@ -142,16 +144,18 @@ def run_batch(fn: Callable[[Any], Any], tasks: list[tuple[str, int, Any]]) -> tu
     announce = _Announcer(fn.topic if isinstance(fn, BatchFn) else None, where)
     announce.begin(wait=len(tasks) == 1)
     outcomes = []
+    meter = Meter()
     for index, (task_id, attempt, item) in enumerate(tasks):
         if index:
             announce.progress(index)
         begun = time.time()
         try:
-            value = fn(item)
+            with meter:
+                value = fn(item)
             pickle.dumps(value)
         except BaseException as exc:
             outcomes.append((task_id, attempt, "error", ErrorInfo.from_exception(_trimmed(exc)),
-                             begun, time.time()))
+                             begun, time.time(), meter.usage))
         else:
-            outcomes.append((task_id, attempt, "result", value, begun, time.time()))
+            outcomes.append((task_id, attempt, "result", value, begun, time.time(), meter.usage))
     return where, outcomes

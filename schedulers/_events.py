@@ -71,7 +71,12 @@ class Started:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How an attempt ended. ``result`` is set for RESULT, ``error`` for ERROR and LOST."""
+    """How an attempt ended. ``result`` is set for RESULT, ``error`` for ERROR and LOST.
+
+    ``usage``: what ``fn`` used, where it ran to its end (`schedulers._usage`: ``cpu_s``,
+    ``peak_rss_bytes``, ``gpu_peak_bytes``, each only where measured); None where it did not
+    (a lost task, a timeout).
+    """
 
     task_id: str
     attempt: int
@@ -81,6 +86,7 @@ class Outcome:
     ended: float
     result: Any = None
     error: ErrorInfo | None = None
+    usage: dict[str, Any] | None = None
 
 
 Event = Union[Started, Outcome]

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from ._child import ChildProcess
 from ._devices import Group, group_devices, group_processes
 from ._events import ErrorInfo, Outcome, OutcomeKind, Placement, Task
+from ._usage import combined
 
 # The variables of a launch of K processes, as `solvers.distributed` reads them.
 COORDINATOR = "DIFFSOUP_COORDINATOR"
@@ -76,7 +77,7 @@ class WorkerGroup:
     held: deque[Task] = field(default_factory=deque)  # sent, not begun yet
     begun: float = 0.0
     deadline: float = float("inf")
-    done: dict[int, tuple[str, Any, float, float]] = field(default_factory=dict)
+    done: dict[int, tuple[str, Any, float, float, Any]] = field(default_factory=dict)
     several: bool = field(init=False, default=False)  # more than one process
     ready: bool = field(init=False, default=False)  # every process said it is ready
     _placement: Placement | None = field(init=False, default=None)
@@ -174,16 +175,17 @@ class WorkerGroup:
         self.task, self.deadline = None, float("inf")
         where = self.placement(host)
         if not self.several and self.done.get(0, ("",))[0] == "result":  # the common case
-            _, value, begun, ended = self.done[0]
+            _, value, begun, ended, usage = self.done[0]
             return Outcome(task.task_id, task.attempt, OutcomeKind.RESULT, where,
-                           min(begun, self.begun), ended, result=value)
-        begun = min([self.begun] + [b for _, _, b, _ in self.done.values()])
+                           min(begun, self.begun), ended, result=value, usage=usage)
+        begun = min([self.begun] + [d[2] for d in self.done.values()])
         finished = len(self.done) == len(self.members)
-        ended = max(e for *_, e in self.done.values()) if finished else time.time()
+        ended = max(d[3] for d in self.done.values()) if finished else time.time()
+        usage = combined([d[4] for d in self.done.values()]) if finished else None
         errors = self.errors()
         if not errors:
             return Outcome(task.task_id, task.attempt, OutcomeKind.RESULT, where, begun, ended,
-                           result=self.done[0][1])
+                           result=self.done[0][1], usage=usage)
         first: ErrorInfo = self.done[errors[0]][1]
         if self.several:
             others = errors[1:]
@@ -192,7 +194,7 @@ class WorkerGroup:
             first = ErrorInfo(first.type, f"{self.describe(errors[0])} raised: {first.message}"
                               f"{also}{note}", first.traceback)
         return Outcome(task.task_id, task.attempt, OutcomeKind.ERROR, where, begun, ended,
-                       error=first)
+                       error=first, usage=usage)
 
     def kill(self) -> None:
         """End every process of the group and release them."""

@@ -327,10 +327,10 @@ class ProcessesScheduler(Scheduler):
             if w.begin(task_id, begun, self.timeout) is not None:
                 self._emit(Started(task_id, attempt, w.placement(HOST), begun))
         elif kind == "done":
-            _, task_id, attempt, how, value, begun, ended = message
+            _, task_id, attempt, how, value, begun, ended, usage = message
             if w.task is None or w.task.task_id != task_id:
                 return
-            w.done[j] = (how, value, begun, ended)
+            w.done[j] = (how, value, begun, ended, usage)
             if len(w.done) == len(w.members):
                 self._seen += 1
                 self._mean += ((ended - w.begun) - self._mean) / min(self._seen, 100)

@@ -6,6 +6,7 @@ import time
 
 from ._base import Scheduler
 from ._events import ErrorInfo, Outcome, OutcomeKind, Placement, Started, Task
+from ._usage import Meter
 
 
 class SerialScheduler(Scheduler):
@@ -20,6 +21,7 @@ class SerialScheduler(Scheduler):
 
     def __init__(self) -> None:
         self._placement = Placement.here()
+        self._meter = Meter()
 
     @property
     def slots(self) -> int:
@@ -29,14 +31,17 @@ class SerialScheduler(Scheduler):
         where = self._placement
         begun = time.time()
         self.report(Started(task.task_id, task.attempt, where, begun))
+        meter = self._meter
         try:
-            value = self.fn(task.item)
+            with meter:
+                value = self.fn(task.item)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
             exc = exc.with_traceback(exc.__traceback__.tb_next)  # drop this frame
             self.report(Outcome(task.task_id, task.attempt, OutcomeKind.ERROR, where, begun,
-                                time.time(), error=ErrorInfo.from_exception(exc)))
+                                time.time(), error=ErrorInfo.from_exception(exc),
+                                usage=meter.usage))
         else:
             self.report(Outcome(task.task_id, task.attempt, OutcomeKind.RESULT, where, begun,
-                                time.time(), result=value))
+                                time.time(), result=value, usage=meter.usage))

@@ -33,10 +33,12 @@ import time
 from typing import Any
 
 from ._events import ErrorInfo
+from ._usage import Meter
 
 # From the driver: the pickled fn (bytes, first), then ("task", task_id, attempt, item) | None.
 # From a worker: ("ready", pid) | ("fatal", ErrorInfo) | ("begin", task_id, attempt, time)
-#   | ("done", task_id, attempt, kind, value, started, ended) with kind "result" or "error",
+#   | ("done", task_id, attempt, kind, value, started, ended, usage) with kind "result" or
+#   "error" and usage what fn used (schedulers._usage),
 #   or a list of these: a "done" and the "begin" of the next task, already waiting, in one send
 #   (one wake-up of the driver instead of two).
 # The driver may send a task while the previous one runs; it waits in the socket until then.
@@ -221,14 +223,17 @@ def worker_main(channel: Channel) -> None:
 def _run_tasks(channel: Channel, fn: Any, task_id: str, attempt: int, item: Any,
                begun: float) -> Any:
     """Run tasks while the next one is already waiting; return the next message otherwise."""
+    meter = Meter()
     while True:
         try:
-            value = fn(item)
+            with meter:
+                value = fn(item)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the task's own doing
             exc = exc.with_traceback(exc.__traceback__.tb_next if exc.__traceback__ else None)
-            done = ("done", task_id, attempt, "error", _error(exc), begun, time.time())
+            done = ("done", task_id, attempt, "error", _error(exc), begun, time.time(),
+                    meter.usage)
         else:
-            done = ("done", task_id, attempt, "result", value, begun, time.time())
+            done = ("done", task_id, attempt, "result", value, begun, time.time(), meter.usage)
         message = channel.recv(block=False)
         if message is _NOTHING:
             channel.send_bytes(_pickled(done))
@@ -258,11 +263,11 @@ def _pickled(message: Any) -> bytes:
         return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         done = message[0] if isinstance(message, list) else message
-        _, task_id, attempt, _, value, begun, ended = done
+        _, task_id, attempt, _, value, begun, ended, usage = done
         info = ErrorInfo.from_exception(exc)
         error = ErrorInfo(info.type, f"the task returned a {type(value).__name__} that cannot "
                                      f"be pickled to send it to the driver: {exc}",
                           info.traceback)
-        done = ("done", task_id, attempt, "error", error, begun, ended)
+        done = ("done", task_id, attempt, "error", error, begun, ended, usage)
         return pickle.dumps([done, *message[1:]] if isinstance(message, list) else done,
                             protocol=pickle.HIGHEST_PROTOCOL)

@@ -1,0 +1,188 @@
+"""Resource use per attempt in the ledger (cpu_s, peak_rss_bytes, gpu_peak_bytes), measured in
+the process that ran fn, under serial, processes, dask and array workers.
+
+What is asserted are properties of the work, not of the machine: CPU seconds a task spun for
+(on its own thread's clock), memory it touched, memory freed before the next task in the same
+process, and JAX never imported by the measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import distributed
+import pytest
+
+from campaign import checkpointed_map, read_ledger
+from testkit import PYTHON, child_env
+
+MB = 1 << 20
+BIG = 200 * MB
+
+
+def work(item):
+    """``burn`` seconds of this thread's CPU, ``touch`` bytes allocated and written (then
+    freed), ``sleep`` seconds asleep; returns what ran it and whether JAX was imported then."""
+    began = time.thread_time()
+    while time.thread_time() - began < item.get("burn", 0):
+        pass
+    if item.get("touch"):
+        block = bytearray(item["touch"])
+        block[::4096] = b"\x01" * len(range(0, item["touch"], 4096))  # every page resident
+        del block
+    time.sleep(item.get("sleep", 0))
+    return {"pid": os.getpid(), "jax": "jax" in sys.modules}
+
+
+def items_burn_big_small():
+    return [{"task_id": "burn", "burn": 0.3},
+            {"task_id": "big", "touch": BIG},
+            {"task_id": "small"},
+            {"task_id": "asleep", "sleep": 0.6}]
+
+
+def check_usage(records):
+    """The figures a user reads: CPU of the busy task, the big task's peak and the next
+    small task's in the same process, no GPU figures on CPU, no JAX imported by measuring."""
+    burn, big, small, asleep = (records[t] for t in ("burn", "big", "small", "asleep"))
+    for rec in records.values():
+        assert rec["status"] == "accepted", rec
+        assert isinstance(rec["cpu_s"], float) and rec["cpu_s"] >= 0
+        assert "gpu_peak_bytes" not in rec
+        assert rec["result"]["jax"] is False  # nothing imported JAX in the worker
+    assert burn["cpu_s"] >= 0.15  # it spun 0.3 s of its own thread's CPU (bound: half)
+    assert asleep["cpu_s"] < 0.3  # 0.6 s asleep is wall time, not CPU time
+    if sys.platform.startswith("linux"):
+        assert big["peak_rss_bytes"] >= BIG
+        # the high-water mark was reset before the next task of the same process
+        assert small["result"]["pid"] == big["result"]["pid"]
+        assert small["started"] >= big["ended"]
+        assert small["peak_rss_bytes"] < big["peak_rss_bytes"] - BIG // 2
+        assert all(isinstance(r["peak_rss_bytes"], int) for r in records.values())
+
+
+def test_serial_records_cpu_and_peak_memory_per_attempt(ledger):
+    camp = checkpointed_map(work, items_burn_big_small(), ledger_path=ledger)
+    assert camp.complete
+    check_usage(read_ledger(ledger)["tasks"])
+
+
+def test_processes_record_cpu_and_peak_memory_per_attempt(ledger):
+    camp = checkpointed_map(work, items_burn_big_small(), ledger_path=ledger,
+                            execution="processes", workers=1)
+    assert camp.complete
+    check_usage(read_ledger(ledger)["tasks"])
+
+
+def test_dask_records_cpu_and_peak_memory_per_attempt(ledger):
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                       host="127.0.0.1", dashboard_address=None)
+    with cluster, distributed.Client(cluster) as client:
+        items = items_burn_big_small()
+        # the small task runs after the big one: in a second run, on the same worker process
+        checkpointed_map(work, items[:2], ledger_path=ledger, execution="dask", client=client)
+        camp = checkpointed_map(work, items, ledger_path=ledger, execution="dask",
+                                client=client)
+    assert camp.complete
+    check_usage(read_ledger(ledger)["tasks"])
+
+
+def test_array_worker_records_cpu_and_peak_memory(tmp_path):
+    from campaign._submit import prepare_submission
+    from campaign._worker import run_worker
+
+    ledger = tmp_path / "ledger.json"
+    sub = prepare_submission(items_burn_big_small(), ledger_path=ledger)
+    summary = run_worker(work, ledger, sub.id, merge_every=0.0)
+    assert summary.accepted == 4
+    check_usage(read_ledger(ledger)["tasks"])
+
+
+def fails_after_burning(item):
+    began = time.thread_time()
+    while time.thread_time() - began < 0.3:
+        pass
+    if item["attempt_file"] and not os.path.exists(item["attempt_file"]):
+        open(item["attempt_file"], "w").close()
+        raise RuntimeError("first attempt fails")
+    return {"ok": True}
+
+
+def test_history_keeps_each_attempts_usage(ledger, tmp_path):
+    marker = str(tmp_path / "tried")
+    camp = checkpointed_map(fails_after_burning, [{"task_id": "t", "attempt_file": marker}],
+                            ledger_path=ledger, retries=1)
+    assert camp.complete
+    rec = read_ledger(ledger)["tasks"]["t"]
+    (first,) = rec["history"]
+    assert first["status"] == "failed" and rec["attempts"] == 2
+    assert first["cpu_s"] >= 0.15 and rec["cpu_s"] >= 0.15
+    assert first["peak_rss_bytes"] > 0 and rec["peak_rss_bytes"] > 0
+
+
+def uses_jax_on_cpu(item):
+    import jax.numpy as jnp
+
+    return {"sum": float(jnp.arange(1000.0).sum()), "jax": True}
+
+
+def test_jax_on_cpu_records_no_gpu_peak(ledger):
+    pytest.importorskip("jax")
+    camp = checkpointed_map(uses_jax_on_cpu, [{"task_id": "a"}, {"task_id": "b"}],
+                            ledger_path=ledger, execution="processes", workers=1)
+    assert camp.complete
+    for rec in read_ledger(ledger)["tasks"].values():
+        assert rec["cpu_s"] > 0 and "gpu_peak_bytes" not in rec
+
+
+def test_measuring_never_imports_jax_nor_starts_its_backends():
+    """In a fresh interpreter: a meter never imports JAX, and JAX imported without a backend
+    started is left unstarted (asking its devices would start them)."""
+    code = (
+        "import sys, json\n"
+        "from schedulers._usage import Meter, gpu_peak_bytes\n"
+        "m = Meter()\n"
+        "with m: pass\n"
+        "out = {'jax_after_meter': 'jax' in sys.modules, 'usage': m.usage}\n"
+        "import jax\n"
+        "from jax._src import xla_bridge\n"
+        "with m: pass\n"
+        "out['started_by_meter'] = xla_bridge.backends_are_initialized()\n"
+        "jax.numpy.zeros(3).block_until_ready()\n"
+        "out['gpu_on_cpu'] = gpu_peak_bytes()\n"
+        "print(json.dumps(out))\n")
+    pytest.importorskip("jax")
+    done = subprocess.run([PYTHON, "-c", code], env=child_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["jax_after_meter"] is False and out["started_by_meter"] is False
+    assert out["gpu_on_cpu"] is None and "gpu_peak_bytes" not in out["usage"]
+    assert set(out["usage"]) <= {"cpu_s", "peak_rss_bytes"} and "cpu_s" in out["usage"]
+
+
+def uses_gpu(item):
+    import jax.numpy as jnp
+
+    block = jnp.ones((BIG // 4,), dtype=jnp.float32)  # 200 MB on the device
+    return {"sum": float(block.sum())}
+
+
+def test_jax_on_a_gpu_records_its_peak_bytes(ledger):
+    jax = pytest.importorskip("jax")
+    # in a worker process, so that this test process never takes a GPU
+    probe = subprocess.run([PYTHON, "-c", "import jax; print(jax.default_backend())"],
+                           env=child_env(), capture_output=True, text=True, timeout=300)
+    backend = probe.stdout.strip()
+    if backend != "gpu":
+        if os.environ.get("DIFFSOUP_GPU_CHECK") == "1":
+            pytest.fail(f"DIFFSOUP_GPU_CHECK=1 but JAX's default backend is {backend!r}")
+        pytest.skip(f"no GPU: JAX's default backend is {backend!r} (jax {jax.__version__})")
+    camp = checkpointed_map(uses_gpu, [{"task_id": "g"}], ledger_path=ledger,
+                            execution="processes", workers=1)
+    assert camp.complete
+    assert read_ledger(ledger)["tasks"]["g"]["gpu_peak_bytes"] >= BIG
