@@ -186,3 +186,38 @@ def test_jax_on_a_gpu_records_its_peak_bytes(ledger):
                             execution="processes", workers=1)
     assert camp.complete
     assert read_ledger(ledger)["tasks"]["g"]["gpu_peak_bytes"] >= BIG
+
+
+def fails_on_two(item):
+    if item["x"] == 2:
+        raise ValueError("two")
+    return work(item) | {"status": "mine"}
+
+
+def test_results_with_records_lists_every_task_with_its_usage(ledger):
+    import csv
+    import io
+
+    items = [{"task_id": f"t{i}", "x": i, "burn": 0.3 if i == 1 else 0} for i in range(4)]
+    checkpointed_map(fails_on_two, items, ledger_path=ledger)
+
+    def results(*args):
+        done = subprocess.run([PYTHON, "-m", "campaign._cli", "results", str(ledger), *args],
+                              env=child_env(), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    rows = list(csv.DictReader(io.StringIO(results("--with-records"))))
+    assert list(rows[0])[:11] == ["task_id", "status", "attempts", "started", "ended",
+                                  "duration", "host", "worker", "cpu_s", "peak_rss_bytes",
+                                  "gpu_peak_bytes"]
+    assert [r["status"] for r in rows] == ["accepted", "accepted", "failed", "accepted"]
+    assert float(rows[1]["cpu_s"]) >= 0.15 and int(rows[2]["peak_rss_bytes"]) > 0
+    assert rows[0]["gpu_peak_bytes"] == "" and rows[0]["result.status"] == "mine"
+    assert rows[2]["result.status"] == "" and rows[2]["attempts"] == "1"
+    records = json.loads(results("--with-records", "--format", "json"))
+    assert [r["task_id"] for r in records] == ["t0", "t1", "t2", "t3"]
+    assert records[1]["cpu_s"] >= 0.15 and records[0]["gpu_peak_bytes"] is None
+    assert isinstance(records[3]["peak_rss_bytes"], int) and records[2]["status"] == "failed"
+    plain = list(csv.DictReader(io.StringIO(results())))  # without: accepted results only
+    assert len(plain) == 3 and "cpu_s" not in plain[0] and plain[0]["status"] == "mine"

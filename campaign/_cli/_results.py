@@ -11,11 +11,16 @@ from typing import Any, Iterable
 import click
 import orjson
 
+from schedulers._usage import FIELDS as USAGE_FIELDS
+
 from ._common import BadInput, ledger_argument, plural, read_ledger, verbose_option
 
 FORMATS = ("csv", "json", "jsonl")
 #: How non-finite floats (stored as ``{"$float": ...}``) are written in CSV.
 _CSV_FLOAT = {"nan": "nan", "inf": "inf", "-inf": "-inf"}
+#: The record fields --with-records adds after task_id, the last attempt's (Nextflow's trace).
+RECORD_COLUMNS = ("status", "attempts", "started", "ended", "duration", "host", "worker",
+                  *USAGE_FIELDS)
 
 
 @click.command("results", short_help="The accepted results as CSV, JSON or JSON Lines.")
@@ -26,18 +31,25 @@ _CSV_FLOAT = {"nan": "nan", "inf": "inf", "-inf": "-inf"}
               help="Write to FILE (replaced atomically) instead of standard output.")
 @click.option("--with-items", is_flag=True,
               help="Add each task's item fields as columns named item.<field>.")
+@click.option("--with-records", is_flag=True,
+              help="Every task, not only the accepted ones, with its last attempt's "
+                   + ", ".join(RECORD_COLUMNS) + " after task_id.")
 @verbose_option
-def results_command(ledger: Path, fmt: str | None, output: Path | None, with_items: bool) -> int:
+def results_command(ledger: Path, fmt: str | None, output: Path | None, with_items: bool,
+                    with_records: bool) -> int:
     """The accepted results with their task ids, in item order.
 
     Columns: task_id, then the result keys (in the order first seen). Non-finite floats are
     nan, inf, -inf in CSV and {"$float": "nan"} (the ledger's encoding) in JSON and JSON Lines.
+    With --with-records, every task with its record's columns (empty or null where the record
+    has no value, e.g. no gpu_peak_bytes without a GPU); a result key of the same name is
+    renamed result.<key>.
     """
     doc = read_ledger(ledger)
     if fmt is None:
         suffix = output.suffix.lower().lstrip(".") if output is not None else ""
         fmt = suffix if suffix in FORMATS else "csv"
-    rows = list(result_rows(doc["tasks"], with_items))
+    rows = list(result_rows(doc["tasks"], with_items, with_records))
     data = {"csv": _csv, "json": _json, "jsonl": _jsonl}[fmt](rows)
     if output is None:
         stream = click.get_binary_stream("stdout")
@@ -50,20 +62,27 @@ def results_command(ledger: Path, fmt: str | None, output: Path | None, with_ite
             atomic_write(output, data)
         except OSError as exc:
             raise BadInput(f"cannot write {output}: {exc.strerror or exc}") from None
-        click.echo(f"campaign: wrote {plural(len(rows), 'result')} to {output} ({fmt})", err=True)
+        what = "task" if with_records else "result"
+        click.echo(f"campaign: wrote {plural(len(rows), what)} to {output} ({fmt})", err=True)
     _note_refused(doc, rows)
-    _note_missing(doc["tasks"], len(rows), ledger)
+    if not with_records:  # with them, every task is listed with its status
+        _note_missing(doc["tasks"], len(rows), ledger)
     return 0
 
 
-def result_rows(tasks: dict[str, Any], with_items: bool) -> Iterable[dict[str, Any]]:
-    """One flat dict per accepted task: task_id, result keys, then ``item.<field>``s."""
+def result_rows(tasks: dict[str, Any], with_items: bool,
+                with_records: bool = False) -> Iterable[dict[str, Any]]:
+    """One flat dict per accepted task (per task ``with_records``): task_id, the
+    `RECORD_COLUMNS` ``with_records``, result keys, then ``item.<field>``s."""
     for tid, rec in tasks.items():
-        if rec["status"] != "accepted":
+        if rec["status"] != "accepted" and not with_records:
             continue
         row = {"task_id": tid}
+        if with_records:
+            for key in RECORD_COLUMNS:
+                row[key] = rec.get(key)
         for key, value in (rec.get("result") or {}).items():
-            row["result.task_id" if key == "task_id" else key] = value
+            row[f"result.{key}" if key in row else key] = value
         if with_items:
             item = rec.get("item")
             if isinstance(item, dict):
