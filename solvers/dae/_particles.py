@@ -51,7 +51,8 @@ class ParticleSpec:
 
     ``build(layout=None)`` returns the `DAEProblem` (cached: the same spec and layout give the
     same problem, so solves compile once). Its residual reads ``args["D"]``, ``args["k"]`` and
-    ``args["c_b"]``.
+    ``args["c_b"]``; the problem carries `default_args` (particle A in its first solution), so
+    ``pdesolve(problem, solver, span, y0)`` runs without ``args=``, and ``args=`` replaces them.
     """
 
     cells: int = 50
@@ -95,6 +96,12 @@ class ParticleSpec:
         cols = np.concatenate([i, i[:-1], i[1:]])
         return Pattern.from_coo(rows, cols, self.n)
 
+    def default_args(self) -> dict[str, float]:
+        """The parameters a built problem carries: particle A's true ``D`` and ``k``
+        (`PARTICLES`) in the first solution concentration ``c_b`` (`SOLUTIONS`)."""
+        D, k = PARTICLES["A"]
+        return {"D": D, "k": k, "c_b": SOLUTIONS[0]}
+
     def build(self, layout: Any = None) -> DAEProblem:
         """The `DAEProblem` (see the class docstring); ``layout`` is recorded on it."""
         return _build(self, layout)
@@ -111,7 +118,8 @@ class ParticleSpec:
 
 @functools.lru_cache(maxsize=64)
 def _build_cached(spec: ParticleSpec, layout: Any) -> DAEProblem:
-    return DAEProblem(spec.residual, spec.pattern(), algebraic=[spec.cells], layout=layout,
+    return DAEProblem(spec.residual, spec.pattern(), algebraic=[spec.cells],
+                      args=spec.default_args(), layout=layout,
                       name=f"particle({spec.cells} cells)")
 
 

@@ -112,6 +112,21 @@ def _check_vectors(solver: JIDA, problem: DAEProblem, y0: jax.Array) -> None:
                              f"2: > 0, -1: <= 0, -2: < 0); start inside them")
 
 
+def _run(problem: DAEProblem, solver: JIDA, args: Any, *operands: Any) -> Any:
+    """The compiled solve with ``args``, else the problem's own; a residual that fails for
+    want of parameters says where to give them."""
+    given = problem.args if args is None else args
+    try:
+        return _compiled(context(problem, solver), given, *operands)
+    except TypeError as err:
+        if given is not None or "NoneType" not in str(err):
+            raise
+        raise TypeError(f"the residual of {problem!r} failed with args=None ({err}): the "
+                        "problem carries no parameters and pdesolve got none; pass "
+                        "pdesolve(..., args={...}) or build it as DAEProblem(..., args={...})"
+                        ) from err
+
+
 def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0: Any,
              yp0: Any = None, *, saveat: SaveAt | None = None, args: Any = None) -> Solution:
     """Solve the index-1 DAE ``F(t, y, y', args) = 0`` from ``t0`` to ``t1``.
@@ -179,9 +194,7 @@ def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0
         if c0 is not None and c1 is not None and (cts[0] < c0 or cts[-1] > c1):
             raise ValueError(f"SaveAt(ts=...) spans [{cts[0]!r}, {cts[-1]!r}], outside the "
                              f"span [{float(c0)!r}, {float(c1)!r}]; save inside [t0, t1]")
-    args = problem.args if args is None else args
-    ctx = context(problem, solver)
-    ys, stats, code = _compiled(ctx, args, y0, yp0, t0, t1, ts)
+    ys, stats, code = _run(problem, solver, args, y0, yp0, t0, t1, ts)
     sol = Solution(ts=ts, ys=ys, stats=dict(zip(STAT_NAMES, stats)), code=code)
     concrete = _concrete(code)
     if concrete is not None and concrete.ndim == 0 and int(concrete) != Status.SUCCESS.code:
