@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from typing import Any
 
 #: A device group: device ids run by one process, ``(0, 1)``, or one tuple of device ids per
@@ -106,6 +108,27 @@ def normalize_groups(device_groups: Any, *,
                     )
                 seen[d] = (i, j)
     return checked
+
+
+_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def device_environment(devices: tuple[int, ...],
+                       inherited: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables that give a worker process exactly ``devices``, set before it starts.
+
+    ``CUDA_VISIBLE_DEVICES`` names the GPUs. Where JAX runs on CPUs (no GPU), the devices are
+    emulated: ``JAX_NUM_CPU_DEVICES`` (read by JAX's ``jax_num_cpu_devices``) and, for JAX
+    versions before it, ``XLA_FLAGS``'s ``--xla_force_host_platform_device_count`` are set to
+    ``len(devices)``, replacing any count in ``inherited`` (default: this process's
+    environment), whose other XLA flags are kept.
+    """
+    inherited = os.environ if inherited is None else inherited
+    kept = re.sub(rf"(^|\s){_COUNT_FLAG}(=\S*)?(?=\s|$)", " ", inherited.get("XLA_FLAGS", ""))
+    count = str(len(devices))
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices)),
+            "JAX_NUM_CPU_DEVICES": count,
+            "XLA_FLAGS": " ".join(kept.split() + [f"{_COUNT_FLAG}={count}"])}
 
 
 def visible_gpus() -> list[int]:

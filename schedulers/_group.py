@@ -2,11 +2,11 @@
 
 A plain group, ``(0, 1)``, is one worker interpreter that sees those devices. A group given per
 process, ``((0,), (1,))``, is K interpreters started together: process i sees only its own
-devices (``CUDA_VISIBLE_DEVICES``), every process knows the whole group
-(``DIFFSOUP_DEVICE_GROUP``) and carries the variables `solvers.distributed.initialize` reads
-for a launch of K processes, with a coordinator port of the group's own. Each task is sent to
-all K; its outcome is process 0's result once all K finished, or the error of a process that
-raised (named in the message).
+devices (``CUDA_VISIBLE_DEVICES``; on CPUs as many emulated JAX devices, `device_environment`),
+every process knows the whole group (``DIFFSOUP_DEVICE_GROUP``) and carries the variables
+`solvers.distributed.initialize` reads for a launch of K processes, with a coordinator port of
+the group's own. Each task is sent to all K; its outcome is process 0's result once all K
+finished, or the error of a process that raised (named in the message).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ._child import ChildProcess
-from ._devices import Group, group_devices, group_processes
+from ._devices import Group, device_environment, group_devices, group_processes
 from ._events import ErrorInfo, Outcome, OutcomeKind, Placement, Task
 from ._usage import combined
 
@@ -54,8 +54,7 @@ def _environments(group: Group | None, port: int | None) -> list[dict[str, str]]
     processes = group_processes(group)
     envs = []
     for i, devices in enumerate(processes):
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices)),
-               "DIFFSOUP_DEVICE_GROUP": every}
+        env = {**device_environment(devices), "DIFFSOUP_DEVICE_GROUP": every}
         if len(processes) > 1:
             env.update({COORDINATOR: f"127.0.0.1:{port}", NUM_PROCESSES: str(len(processes)),
                         PROCESS_ID: str(i)})
