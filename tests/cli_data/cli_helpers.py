@@ -87,7 +87,12 @@ def read_doc(path: Path) -> dict[str, Any]:
 
 
 def statuses(path: Path) -> dict[str, str]:
-    return {tid: rec["status"] for tid, rec in read_doc(path)["tasks"].items()}
+    """Each task's status as a reader sees it (`read_ledger`: the file and its journal)."""
+    from campaign import read_ledger
+
+    if not path.exists():
+        return {}
+    return {tid: rec["status"] for tid, rec in read_ledger(path)["tasks"].items()}
 
 
 def wait_for(predicate: Any, timeout: float = 120.0, what: str = "condition") -> None:
