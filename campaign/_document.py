@@ -330,6 +330,27 @@ def update(
     return answer, saved
 
 
+def compact(path: str | os.PathLike[str], doc: dict[str, Any], state: DiskState) -> None:
+    """Write ``doc`` (as `load` read it, with ``state``) as the whole file and remove the
+    journal, under the lock; if the ledger changed since it was read, read it again under the
+    lock (`update`). Raises `LedgerWriteError` as `update` does."""
+    path = real_path(path)
+    with file_lock(path):
+        if file_state(path) == state:
+            doc["updated"] = time.time()
+            doc["generation"] = _journal.new_generation()
+            try:
+                atomic_write(path, dumps(doc))
+            except OSError as exc:
+                what, fix = write_error_text(exc)
+                raise LedgerWriteError(
+                    f"cannot write ledger {path} ({what}); it was left as it was. Fix: {fix}, "
+                    "then try again", str(path), exc.errno) from exc
+            _journal.remove(path)
+            return
+    update(path, lambda fresh: None)
+
+
 def file_state(path: Path) -> DiskState | None:
     """What tells whether another process changed the ledger (replaced the file or appended to
     its journal) since we last read or wrote it; None when there is no file."""

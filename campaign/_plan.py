@@ -12,7 +12,9 @@ from typing import Any
 from . import _document, _records
 from ._array import overlay
 from ._campaign import Campaign, refused_message
+from ._errors import LedgerError
 from ._items import PreparedItem
+from ._journal import journal_path
 from ._jsonvalue import changed_fields
 from ._ledger import Ledger
 from ._status import ACCEPTED, PENDING
@@ -85,18 +87,25 @@ def nothing_to_run(path: str | os.PathLike[str], prepared: list[PreparedItem]) -
     """The campaign as the ledger holds it when every item is accepted there with the same
     fingerprint (a finished campaign resumed), else None.
 
-    Only reads the ledger (its array fragments included): nothing is written and no scheduler
-    is needed. Raises `LedgerError` for a ledger that is not valid (it is left untouched).
+    Only reads the ledger (its journal and array fragments included) and writes nothing, but
+    a journal left by a killed driver is compacted into the file (one write); no scheduler is
+    needed. Raises `LedgerError` for a ledger that is not valid (it is left untouched).
     """
     begun = time.monotonic()
     path = Path(path)
     if not path.exists():
         return None
-    tasks = overlay(_document.read(path), path)["tasks"]
+    doc, state = _document.load(path)
+    tasks = overlay(doc, path)["tasks"]
     for p in prepared:
         rec = tasks.get(p.task_id)
         if rec is None or rec["status"] != ACCEPTED or rec["fingerprint"] != p.fingerprint:
             return None
+    if journal_path(path).exists():  # a killed driver's journal: the file alone holds it all
+        try:
+            _document.compact(path, doc, state)
+        except (LedgerError, OSError) as exc:  # it stays on disk, in the file and journal
+            logger.warning("%s", exc)
     logger.info("%s", _kept_line(path, len(prepared), len(prepared), 0, 0))
     return Campaign.from_records(path, [p.task_id for p in prepared], tasks, {},
                                  kept=len(prepared), ran=0, elapsed=time.monotonic() - begun)

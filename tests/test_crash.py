@@ -1,10 +1,12 @@
 """SIGKILL a running campaign at random moments, hundreds of times; nothing accepted is lost.
 
-Kills land during fn, during ledger writes (a temporary file is left behind) and between
-writes, under each execution: ``serial`` (fn in the driver), ``processes`` (the driver's
+Kills land during fn, during whole-file ledger writes (a temporary file is left behind), while
+outcomes wait in the journal (`<ledger>.journal`, appended between whole-file writes), during a
+compaction (a temporary file beside a journal) and between writes, under each execution: ``serial`` (fn in the driver), ``processes`` (the driver's
 workers die with it) and ``dask`` (an embedded cluster). After every kill the ledger parses,
-every task ever seen accepted is still accepted with the same result and is never run again,
-and resuming finishes every task.
+the file alone is standard JSON, every task ever seen accepted (the file and its journal read
+by `read_ledger`) is still accepted with the same result and is never run again, and resuming
+finishes every task, leaving no journal.
 
 ``DIFFSOUP_CRASH_KILLS`` sets the number of kills for every execution (default: `KILLS`; a
 dask driver needs seconds to start its cluster, so it gets fewer).
@@ -21,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from campaign import read_ledger
@@ -49,7 +52,8 @@ def check(ledger: Path, log: Path, accepted: dict[str, dict], child_pid: int,
     if not ledger.exists():
         assert not accepted
         return
-    tasks = read_ledger(ledger)["tasks"]  # parses, or raises
+    orjson.loads(ledger.read_bytes())  # the file alone is never half written
+    tasks = read_ledger(ledger)["tasks"]  # the file and its journal: parses, or raises
     for tid, result in accepted.items():
         rec = tasks[tid]
         assert rec["status"] == "accepted", (tid, rec["status"])
@@ -74,12 +78,27 @@ def calls(log: Path) -> list[tuple[str, int]]:
     return [(tid, int(pid)) for tid, pid in (line.split() for line in log.read_text().splitlines())]
 
 
+def writing(folder: Path) -> bool:
+    """A whole-file write is under way (its temporary file exists)."""
+    return any(folder.glob(".ledger.json.tmp-*"))
+
+
+def journal(folder: Path) -> bool:
+    return (folder / "ledger.json.journal").exists()
+
+
+#: What a kill aimed at a moment waits for: a whole-file write, outcomes in the journal, a
+#: compaction (a whole-file write while a journal exists).
+MOMENTS = {"write": writing, "journal": journal,
+           "compaction": lambda folder: writing(folder) and journal(folder)}
+
+
 def wait_to_kill(proc: subprocess.Popen, log: Path, execution: str, rng: random.Random,
-                 aim: bool) -> bool:
-    """Wait for the moment to kill ``proc``; False if it finished first. With ``aim``: the
-    moment a ledger write's temporary file is seen."""
-    if aim:
-        while not any(log.parent.glob(".ledger.json.tmp-*")):
+                 aim: str | None) -> bool:
+    """Wait for the moment to kill ``proc``; False if it finished first. With ``aim`` (a key
+    of `MOMENTS`): the first moment that is seen."""
+    if aim is not None:
+        while not MOMENTS[aim](log.parent):
             if proc.poll() is not None:
                 return False
         return True
@@ -112,9 +131,10 @@ def start(ledger: Path, log: Path, execution: str) -> subprocess.Popen:
 def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution):
     kills_wanted = int(os.environ.get("DIFFSOUP_CRASH_KILLS", KILLS[execution]))
     rng = random.Random(20261130)
-    kills = mid_write = campaigns = reruns = aimed = 0
-    deadline = math.inf  # for kills aimed at a write, if it comes to that
-    while kills < kills_wanted or not mid_write:
+    kills = campaigns = reruns = aimed = 0
+    landed = dict.fromkeys(MOMENTS, 0)  # kills that landed at each moment
+    deadline = math.inf  # for kills aimed at a moment, if it comes to that
+    while kills < kills_wanted or not all(landed.values()):
         campaigns += 1
         folder = tmp_path / f"c{campaigns}"
         folder.mkdir()
@@ -126,18 +146,20 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution):
             before = set(accepted)
             proc = start(ledger, log, execution)
             assert proc.stdout.readline().strip() == "ready"
-            aim = kills >= kills_wanted  # none of the random kills landed during a write
+            # the first moment none of the random kills landed at
+            aim = None if kills < kills_wanted else next(m for m, n in landed.items() if not n)
             if aim:
                 deadline = min(deadline, time.monotonic() + PATIENCE)
                 assert time.monotonic() < deadline, \
-                    f"{kills} kills, none during a ledger write, even aimed at one"
+                    f"{kills} kills, none at the moment {aim!r}, even aimed at it: {landed}"
             if wait_to_kill(proc, log, execution, rng, aim):
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 kills += 1
                 killed.add(proc.pid)
-                aimed += aim
-                mid_write += any(folder.glob(".ledger.json.tmp-*"))
+                aimed += aim is not None
+                for moment, seen in MOMENTS.items():
+                    landed[moment] += seen(folder)
             else:
                 proc.wait()
                 assert proc.returncode == 0, proc.returncode
@@ -148,7 +170,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution):
                 pass
             proc.stdout.close()
             check(ledger, log, accepted, proc.pid, before)
-            if kills >= kills_wanted and mid_write and not finished:  # finish it unharmed
+            if kills >= kills_wanted and all(landed.values()) and not finished:  # unharmed
                 before = set(accepted)
                 proc = start(ledger, log, execution)
                 assert proc.stdout.readline().strip() == "ready"
@@ -156,6 +178,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution):
                 proc.stdout.close()
                 check(ledger, log, accepted, proc.pid, before)
                 finished = True
+        assert not journal(folder), "a finished run left its journal"
         tasks = read_ledger(ledger)["tasks"]
         assert len(tasks) == TASKS and all(r["status"] == "accepted" for r in tasks.values())
         assert len(accepted) == TASKS
@@ -166,6 +189,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution):
         # with nothing to run writes nothing); one that finished leaves none
         left = {int(tmp.name.split("-")[-2]) for tmp in folder.glob(".ledger.json.tmp-*")}
         assert left <= killed, f"drivers {sorted(left - killed)} left a temporary file"
-    print(f"\n{execution}: {kills} SIGKILLs ({aimed} aimed at a write) over {campaigns} "
-          f"campaigns, {mid_write} during a ledger write; {campaigns * TASKS} tasks accepted, "
+    print(f"\n{execution}: {kills} SIGKILLs ({aimed} aimed) over {campaigns} campaigns, "
+          f"{landed['write']} during a whole-file write, {landed['journal']} with outcomes in the "
+          f"journal, {landed['compaction']} during a compaction; {campaigns * TASKS} tasks accepted, "
           f"none lost; {reruns} calls of fn again for tasks killed before they were recorded")

@@ -1,10 +1,12 @@
 """Property tests of the ledger's state machine (hypothesis).
 
 Any sequence of runs (with tasks that succeed, raise or are interrupted), changed items, forgets,
-writes by another process and fresh starts keeps the invariants: the ledger parses; a task once
-accepted keeps its result and is never run again (until forgotten); a changed item of a task
-that ever started is refused and its record left untouched; no task is left `running`; every
-fingerprint matches its item.
+writes by another process, fresh starts and drivers killed with outcomes in the journal (after
+a commit, halfway through an append, during a compaction, after a compaction replaced the file
+but before it removed the journal) keeps the invariants: the file alone parses and, read with
+its journal, a task once accepted keeps its result and is never run again (until forgotten); a
+changed item of a task that ever started is refused and its record left untouched; no task is
+left `running`; every fingerprint matches its item; a run that ends leaves no journal.
 """
 
 from __future__ import annotations
@@ -15,19 +17,29 @@ import tempfile
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from campaign import Ledger, checkpointed_map, read_ledger
+from campaign._atomic import HOST
 from campaign._document import Serializer, dumps, new_document, update
+from campaign._journal import journal_path
 from campaign._jsonvalue import fingerprint
 from campaign._records import finished, new_record, started
 
 TASKS = ("a", "b", "c", "d")
 outcomes = st.fixed_dictionaries({t: st.sampled_from(["ok", "ok", "fail", "interrupt"])
                                   for t in TASKS})
+STATUS = {"ok": "accepted", "fail": "failed", "interrupt": "interrupted"}
+#: Where a killed driver stops: after a commit, during its last journal append, during a
+#: compaction (its temporary file half written), after a compaction replaced the file but
+#: before it removed the journal.
+KILLED_AT = ("after_commit", "mid_append", "mid_compaction", "after_replace")
+#: A pid above Linux's largest (2**22): a temporary file named for it is a dead writer's.
+DEAD_PID = 2**22 + 1
 
 
 class LedgerMachine(RuleBasedStateMachine):
@@ -74,6 +86,7 @@ class LedgerMachine(RuleBasedStateMachine):
                                     retries=retries, commit_interval=0.0)
         except KeyboardInterrupt:
             camp = None
+        assert not journal_path(self.path).exists(), "a run that ended left its journal"
         after = self.tasks()
         for tid in calls:
             assert tid not in self.accepted, f"{tid} ran again after it was accepted"
@@ -117,6 +130,44 @@ class LedgerMachine(RuleBasedStateMachine):
         other.close("finished")
         self.learn()
 
+    @rule(plan=outcomes, subset=st.sets(st.sampled_from(TASKS), min_size=1),
+          at=st.sampled_from(KILLED_AT), cut=st.integers(0, 10**6),
+          fraction=st.sampled_from([0.05, 1e9]))
+    def driver_killed(self, plan, subset, at, cut, fraction):
+        """A driver commits one journal line per outcome and is killed: the file, journal and
+        temporary file it leaves are those of a real driver `Ledger` at that moment."""
+        driver = Ledger(self.path, min_interval=0.0, compact_fraction=fraction)
+        driver.open()
+        for tid in sorted(subset):
+            item = {"task_id": tid, "x": self.x[tid]}
+            rec = driver.tasks.get(tid) or new_record(item, fingerprint(item))
+            if rec["status"] == "accepted" or rec["fingerprint"] != fingerprint(item):
+                continue  # a driver keeps it, or refuses the changed item
+            rec = started(rec, host="killed", pid=2, worker=None, device_group=None,
+                          at=time.time())
+            status = STATUS[plan[tid]]
+            driver.put(tid, finished(rec, status, at=time.time(), result={
+                "x": self.x[tid], "run": -2} if status == "accepted" else None, error=None
+                if status == "accepted" else {"type": "E", "message": "planned"}))
+            driver.flush()
+        file = self.path.read_bytes()
+        journal = journal_path(self.path)
+        lines = journal.read_bytes() if journal.exists() else b""
+        driver.close("finished")  # what a compaction writes
+        compacted = self.path.read_bytes()
+        if at == "after_replace":
+            journal.write_bytes(lines)  # stale: of the generation before the compaction
+            return self.learn()
+        self.path.write_bytes(file)
+        if at == "mid_append" and lines:
+            last = lines.rstrip(b"\n").rfind(b"\n") + 1
+            lines = lines[:last + cut % (len(lines) - last)]
+        journal.write_bytes(lines)
+        if at == "mid_compaction":
+            tmp = self.path.with_name(f".{self.path.name}.tmp-{HOST}-{DEAD_PID}-0badf00d")
+            tmp.write_bytes(compacted[:cut % len(compacted)])
+        self.learn()
+
     @rule()
     def start_over(self):
         items = self.items(TASKS)
@@ -128,6 +179,8 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @invariant()
     def accepted_tasks_keep_their_result(self):
+        if self.path.exists():
+            orjson.loads(self.path.read_bytes())  # the file alone is never half written
         tasks = self.tasks()
         for tid, rec in self.accepted.items():
             assert tasks[tid] == rec
