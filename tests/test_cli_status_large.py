@@ -34,3 +34,100 @@ def test_status_of_100k_tasks(tmp_path):
     assert facts["throughput_per_s"] > 0 and facts["eta_s"] > 0
     text = campaign("status", ledger.name, cwd=tmp_path).stdout
     assert "tasks     100000:" in text and "ETA" in text
+
+
+# ------------------------------------------------------------------ the streaming scan
+def _small_ledger(tmp_path, n=3000):
+    ledger = tmp_path / "small.json"
+    load_benchmark().generate(ledger, n, now=time.time())
+    return ledger
+
+
+def _scanned(path, block):
+    from campaign._scan import Scan
+
+    out, chunks = {}, 0
+    scan = Scan(path, block=block)
+    for chunk in scan.chunks():
+        chunks += 1
+        out.update(chunk)
+    return scan.head, out, chunks
+
+
+def test_scan_in_small_blocks_gives_what_read_ledger_gives(tmp_path):
+    from campaign import read_ledger
+
+    ledger = _small_ledger(tmp_path)
+    doc = read_ledger(ledger)
+    head, tasks, chunks = _scanned(ledger, block=16 << 10)
+    assert chunks > 20  # it did stream
+    assert list(tasks.items()) == list(doc["tasks"].items())
+    assert head == {k: v for k, v in doc.items() if k != "tasks"}
+
+
+def test_scan_of_records_whose_strings_look_like_a_record_boundary(tmp_path):
+    """A cut between two records is found by a pattern; one inside a string must not fool it."""
+    from campaign import _document, read_ledger
+
+    ledger = _small_ledger(tmp_path, 400)
+    doc = read_ledger(ledger)
+    trap = '},"sample-000009":{"status":"accepted"'
+    for i, (tid, rec) in enumerate(list(doc["tasks"].items())):
+        if i % 3 == 0:
+            doc["tasks"][tid] = dict(rec, item=dict(rec["item"], note=trap * (1 + i % 5)))
+    ledger.write_bytes(_document.dumps(doc))
+    _, tasks, chunks = _scanned(ledger, block=4 << 10)
+    assert chunks > 5 and tasks == read_ledger(ledger)["tasks"]
+
+
+def test_scan_of_a_pretty_printed_ledger_reads_it_whole(tmp_path):
+    from campaign import read_ledger
+
+    ledger = _small_ledger(tmp_path, 200)
+    doc = read_ledger(ledger)
+    ledger.write_text(json.dumps(doc, indent=2))
+    _, tasks, _ = _scanned(ledger, block=4 << 10)
+    assert tasks == doc["tasks"]
+
+
+def test_scan_merges_the_journal(tmp_path):
+    """Lines of the file's generation replace records and add new ones (after the others);
+    a line of another generation is skipped, as `campaign.read_ledger` does."""
+    from campaign import _journal, read_ledger
+
+    ledger = _small_ledger(tmp_path, 500)
+    doc = read_ledger(ledger)
+    gen = doc["generation"]
+    ids = list(doc["tasks"])
+    changed = dict(doc["tasks"][ids[7]], status="pending", attempts=0)
+    new = dict(doc["tasks"][ids[0]], item={"task_id": "extra"})
+    lines = [_journal.encode(gen, time.time(), [json.dumps({ids[7]: changed})[1:-1].encode()]),
+             _journal.encode("0" * 16, time.time(), [json.dumps({ids[8]: changed})[1:-1].encode()]),
+             _journal.encode(gen, time.time() + 1, [json.dumps({"extra": new})[1:-1].encode()])]
+    _journal.journal_path(ledger).write_bytes(b"".join(lines))
+    merged = read_ledger(ledger)
+    assert merged["tasks"][ids[7]]["status"] == "pending" and "extra" in merged["tasks"]
+    head, tasks, _ = _scanned(ledger, block=8 << 10)
+    assert list(tasks.items()) == list(merged["tasks"].items())
+    assert head["updated"] == merged["updated"]
+    proc = campaign("status", ledger.name, "--json", cwd=tmp_path)
+    assert json.loads(proc.stdout)["total"] == 501
+
+
+def test_status_refuses_a_bad_field_in_the_last_chunk_naming_task_and_field(tmp_path):
+    from campaign import _document, read_ledger
+    from campaign._errors import LedgerError
+
+    ledger = _small_ledger(tmp_path, 3000)
+    doc = read_ledger(ledger)
+    last = list(doc["tasks"])[-1]
+    doc["tasks"][last] = dict(doc["tasks"][last], pid="node17")
+    ledger.write_bytes(_document.dumps(doc))
+    with pytest.raises(LedgerError) as expected:
+        read_ledger(ledger)
+    for args in (("status",), ("status", "--tasks=all"), ("results",), ("failures",)):
+        proc = campaign(*args, ledger.name, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stdout[-300:])
+        assert proc.stdout == ""  # nothing printed from the chunks before the bad one
+        said = str(expected.value).replace(str(ledger), ledger.name)
+        assert said in proc.stderr and repr(last) in said and "'pid'" in said

@@ -4,8 +4,8 @@ Reads the file without a lock (a ledger is always replaced atomically), so it wo
 writes the same ledger and on a copy taken to another machine. Array workers' fragments not yet
 merged are counted, and the tasks they hold are listed as running with their array element.
 A run made by `campaign submit` is shown as its job array: the state of every element (one
-``squeue`` call), the tasks each one holds and has ended. Fast on large ledgers: one
-``orjson.loads`` and one loop over the records.
+``squeue`` call), the tasks each one holds and has ended. Fast on large ledgers, in bounded
+memory: the records stream by in chunks (`campaign._scan`), each counted and dropped.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any
 import click
 import orjson
 
-from ._common import (duration, ledger_argument, plural, rate, read_ledger, timestamp,
-                      verbose_option)
+from ._common import duration, ledger_argument, plural, rate, scan_ledger, timestamp, verbose_option
 
 #: Running tasks listed by the text output (``--json`` lists all).
 RUNNING_SHOWN = 20
@@ -46,20 +45,30 @@ def status_command(ledger: Path, as_json: bool, tasks_of: str | None) -> int:
     """
     gc.disable()  # parsing a large ledger makes millions of objects; none of them cyclic
     try:
-        doc = read_ledger(ledger)
+        head, chunks, over = scan_ledger(ledger)
+        runs = head["runs"]
+        last = runs[-1] if runs else {}
+        if tasks_of is not None:
+            by_status: dict[str, list[str]] = {s: [] for s in _STATUSES}
+            for chunk in chunks:
+                for tid, rec in chunk.items():
+                    by_status[rec["status"]].append(tid)
+            click.echo(list_tasks(by_status, tasks_of, as_json), nl=False)
+            return 0
+        submitted = last.get("status") == "submitted"
+        tally = Tally(runs, time.time())
+        sub = _SubmissionTally(ledger, last) if submitted else None
+        for chunk in chunks:
+            tally.add(chunk)
+            if sub is not None:
+                sub.add(chunk)
     finally:
         gc.enable()
-    leases = _with_array_workers(doc, ledger)
-    if tasks_of is not None:
-        click.echo(list_tasks(doc["tasks"], tasks_of, as_json), nl=False)
-        return 0
-    last = doc["runs"][-1] if doc["runs"] else {}
-    submitted = last.get("status") == "submitted"
     states = job_array_states(last.get("job")) if submitted else None
-    facts = summarize(doc, str(ledger), time.time(), array_workers=len(leases),
-                      array_active=_any_active(states))
-    if submitted:
-        facts["submission"] = submission_facts(doc, ledger, leases, states)
+    facts = tally.facts(head, str(ledger), array_workers=len(over.leases),
+                        array_active=_any_active(states))
+    if sub is not None:
+        facts["submission"] = sub.facts(over.leases, states)
     if as_json:
         click.echo(orjson.dumps(facts, option=orjson.OPT_INDENT_2).decode())
     else:
@@ -67,11 +76,8 @@ def status_command(ledger: Path, as_json: bool, tasks_of: str | None) -> int:
     return 0
 
 
-def list_tasks(tasks: dict[str, Any], which: str, as_json: bool) -> str:
+def list_tasks(by_status: dict[str, list[str]], which: str, as_json: bool) -> str:
     """``--tasks``: the ids by status (in status, then item order), or the ids of one status."""
-    by_status: dict[str, list[str]] = {s: [] for s in _STATUSES}
-    for tid, rec in tasks.items():
-        by_status[rec["status"]].append(tid)
     if which != "all":
         by_status = {which: by_status[which]}
     if as_json:
@@ -81,109 +87,126 @@ def list_tasks(tasks: dict[str, Any], which: str, as_json: bool) -> str:
     return "".join(f"{tid}\t{s}\n" for s, ids in by_status.items() for tid in ids)
 
 
-def _with_array_workers(doc: dict[str, Any], ledger: Path) -> list[dict[str, Any]]:
-    """Overlay what array workers did since their last merge (fragments) and hold now (leases:
-    shown as running, with the array element as worker). Returns the live leases."""
-    from .._array import live_leases, overlay
-
-    overlay(doc, ledger)
-    leases = live_leases(ledger)
-    tasks = doc["tasks"]
-    for lease in leases:
-        rec = tasks.get(lease["task_id"])
-        if rec is not None and rec["status"] != "accepted":
-            owner = lease["owner"]
-            tasks[lease["task_id"]] = dict(rec, status="running", host=owner.get("host"),
-                                           pid=owner.get("pid"), worker=owner.get("worker"),
-                                           started=lease["claimed"])
-    return leases
-
-
 def summarize(doc: dict[str, Any], path: str, now: float, array_workers: int = 0,
               array_active: bool = False) -> dict[str, Any]:
-    """The facts `campaign status` shows, as plain JSON. ``array_workers``: live leases;
-    ``array_active``: an element of the submission's job array is pending or running (a
-    submitted run with either is active)."""
-    runs = doc["runs"]
-    last = runs[-1] if runs else None
-    submitted = last is not None and last.get("status") == "submitted"
-    active = last is not None and (last.get("status") == "running" or (
-        submitted and (array_workers > 0 or array_active)))
-    since = (last.get("started") or 0.0) if last else 0.0
-    counts = dict.fromkeys(_STATUSES, 0)
-    attempts = retried = most = interruptions = ended_in_run = ended_recent = failed_before = 0
-    first_start, last_end = None, None  # of the attempts of this run that ended or run
-    recent_from = now - WINDOW
-    by_type: dict[str, list[Any]] = {}
-    running: list[dict[str, Any]] = []
-    for tid, rec in doc["tasks"].items():
-        status = rec["status"]
-        counts[status] += 1
-        n = rec.get("attempts") or 0
-        attempts += n
-        if n > 1:
-            retried += 1
-            most = max(most, n)
-        interruptions += rec.get("interruptions") or 0
-        if status == "accepted" or status == "failed":
-            ended = rec.get("ended") or 0.0
-            if ended >= since:
-                ended_in_run += 1
-                if ended >= recent_from:
-                    ended_recent += 1
-                begun = rec.get("started")
-                if n > 1:  # an earlier attempt of this run may have begun first
-                    begun = min([t for t in (h.get("started") for h in rec.get("history") or ())
-                                 if t is not None and t >= since] + [begun or ended])
-                if begun is not None and (first_start is None or begun < first_start):
-                    first_start = begun
-                if last_end is None or ended > last_end:
-                    last_end = ended
-            elif status == "failed":
-                failed_before += 1
-            if status == "failed":
-                error = rec.get("error") or {}
-                kind = error.get("type") or "?"
-                entry = by_type.get(kind)
-                if entry is None:
-                    by_type[kind] = [1, tid, error.get("message") or ""]
-                else:
-                    entry[0] += 1
-        elif status == "running":
-            started = rec.get("started")
-            if started is not None and started >= since and (
-                    first_start is None or started < first_start):
-                first_start = started
-            running.append({"task_id": tid, "host": rec.get("host"), "pid": rec.get("pid"),
-                            "worker": rec.get("worker"), "started": started,
-                            "age_s": None if started is None else max(0.0, now - started)})
-    total = len(doc["tasks"])
-    run_facts = throughput = eta = None
-    if last is not None:
-        run_facts = _last_run_facts(last, doc, now, active, ended_in_run, ended_recent,
-                                    first_start, last_end)
-        throughput = (run_facts["throughput_tasks"] / run_facts["throughput_seconds"]
-                      if run_facts["throughput_seconds"] > 0 else None)
-    remaining = counts["pending"] + counts["running"] + counts["interrupted"]
-    if active:
-        remaining += failed_before  # failed in an earlier run: this run runs them again
-        if throughput:
-            eta = remaining / throughput
-    else:
-        remaining += counts["failed"]  # the next run runs them again
-    failures = [{"type": k, "count": v[0], "example_task": v[1], "example_message": v[2]}
-                for k, v in sorted(by_type.items(), key=lambda kv: -kv[1][0])]
-    refused = last.get("refused_count", len(last.get("refused") or [])) if last else 0
-    return {
-        "ledger": path, "version": doc.get("version"), "created": doc.get("created"),
-        "updated": doc.get("updated"), "now": now, "total": total, "counts": counts,
-        "refused_last_run": refused, "complete": counts["accepted"] == total and not refused,
-        "attempts": {"total": attempts, "retried_tasks": retried, "max": most or min(1, attempts),
-                     "interruptions": interruptions},
-        "failures_by_type": failures, "running": running, "runs": len(runs), "last_run": run_facts,
-        "active": active, "throughput_per_s": throughput, "remaining": remaining, "eta_s": eta,
-        "submission": None,
-    }
+    """The facts `campaign status` shows, as plain JSON, of a whole document (`Tally` over
+    its records). ``array_workers``: live leases; ``array_active``: an element of the
+    submission's job array is pending or running (a submitted run with either is active)."""
+    tally = Tally(doc["runs"], now)
+    tally.add(doc["tasks"])
+    return tally.facts(doc, path, array_workers=array_workers, array_active=array_active)
+
+
+class Tally:
+    """What `campaign status` counts, added up chunk by chunk of records (`add`), so that a
+    ledger is summarized while it streams by (`campaign._scan`) and no record is kept."""
+
+    def __init__(self, runs: list[dict[str, Any]], now: float):
+        self.now = now
+        last = runs[-1] if runs else None
+        self.since = (last.get("started") or 0.0) if last else 0.0
+        self.counts = dict.fromkeys(_STATUSES, 0)
+        self.attempts = self.retried = self.most = self.interruptions = 0
+        self.ended_in_run = self.ended_recent = self.failed_before = self.total = 0
+        self.first_start: float | None = None  # of the attempts of this run that ended or run
+        self.last_end: float | None = None
+        self.by_type: dict[str, list[Any]] = {}
+        self.running: list[dict[str, Any]] = []
+
+    def add(self, tasks: dict[str, Any]) -> None:
+        """Count the records of ``tasks`` (task id -> record)."""
+        counts, since, recent_from, now = self.counts, self.since, self.now - WINDOW, self.now
+        by_type, running = self.by_type, self.running
+        attempts = retried = interruptions = ended_in_run = ended_recent = failed_before = 0
+        most, first_start, last_end = self.most, self.first_start, self.last_end
+        self.total += len(tasks)
+        for tid, rec in tasks.items():
+            status = rec["status"]
+            counts[status] += 1
+            n = rec.get("attempts") or 0
+            attempts += n
+            if n > 1:
+                retried += 1
+                most = max(most, n)
+            interruptions += rec.get("interruptions") or 0
+            if status == "accepted" or status == "failed":
+                ended = rec.get("ended") or 0.0
+                if ended >= since:
+                    ended_in_run += 1
+                    if ended >= recent_from:
+                        ended_recent += 1
+                    begun = rec.get("started")
+                    if n > 1:  # an earlier attempt of this run may have begun first
+                        begun = min([t for t in (h.get("started") for h in rec.get("history")
+                                                 or ()) if t is not None and t >= since]
+                                    + [begun or ended])
+                    if begun is not None and (first_start is None or begun < first_start):
+                        first_start = begun
+                    if last_end is None or ended > last_end:
+                        last_end = ended
+                elif status == "failed":
+                    failed_before += 1
+                if status == "failed":
+                    error = rec.get("error") or {}
+                    kind = error.get("type") or "?"
+                    entry = by_type.get(kind)
+                    if entry is None:
+                        by_type[kind] = [1, tid, error.get("message") or ""]
+                    else:
+                        entry[0] += 1
+            elif status == "running":
+                started = rec.get("started")
+                if started is not None and started >= since and (
+                        first_start is None or started < first_start):
+                    first_start = started
+                running.append({"task_id": tid, "host": rec.get("host"), "pid": rec.get("pid"),
+                                "worker": rec.get("worker"), "started": started,
+                                "age_s": None if started is None else max(0.0, now - started)})
+        self.attempts += attempts
+        self.retried += retried
+        self.interruptions += interruptions
+        self.ended_in_run += ended_in_run
+        self.ended_recent += ended_recent
+        self.failed_before += failed_before
+        self.most, self.first_start, self.last_end = most, first_start, last_end
+
+    def facts(self, doc: dict[str, Any], path: str, array_workers: int = 0,
+              array_active: bool = False) -> dict[str, Any]:
+        """The facts, with ``doc``'s top-level fields (its ``tasks`` are not looked at)."""
+        now, counts = self.now, self.counts
+        runs = doc["runs"]
+        last = runs[-1] if runs else None
+        submitted = last is not None and last.get("status") == "submitted"
+        active = last is not None and (last.get("status") == "running" or (
+            submitted and (array_workers > 0 or array_active)))
+        run_facts = throughput = eta = None
+        if last is not None:
+            run_facts = _last_run_facts(last, doc, now, active, self.ended_in_run,
+                                        self.ended_recent, self.first_start, self.last_end)
+            throughput = (run_facts["throughput_tasks"] / run_facts["throughput_seconds"]
+                          if run_facts["throughput_seconds"] > 0 else None)
+        remaining = counts["pending"] + counts["running"] + counts["interrupted"]
+        if active:
+            remaining += self.failed_before  # failed in an earlier run: this run runs them again
+            if throughput:
+                eta = remaining / throughput
+        else:
+            remaining += counts["failed"]  # the next run runs them again
+        failures = [{"type": k, "count": v[0], "example_task": v[1], "example_message": v[2]}
+                    for k, v in sorted(self.by_type.items(), key=lambda kv: -kv[1][0])]
+        refused = last.get("refused_count", len(last.get("refused") or [])) if last else 0
+        total = self.total
+        return {
+            "ledger": path, "version": doc.get("version"), "created": doc.get("created"),
+            "updated": doc.get("updated"), "now": now, "total": total, "counts": counts,
+            "refused_last_run": refused, "complete": counts["accepted"] == total and not refused,
+            "attempts": {"total": self.attempts, "retried_tasks": self.retried,
+                         "max": self.most or min(1, self.attempts),
+                         "interruptions": self.interruptions},
+            "failures_by_type": failures, "running": self.running, "runs": len(runs),
+            "last_run": run_facts, "active": active, "throughput_per_s": throughput,
+            "remaining": remaining, "eta_s": eta, "submission": None,
+        }
 
 
 def _last_run_facts(last: dict[str, Any], doc: dict[str, Any], now: float, active: bool,
@@ -237,45 +260,59 @@ def _any_active(states: dict[str, str] | None) -> bool:
     return any(state in ACTIVE_STATES for state in states.values())
 
 
-def submission_facts(doc: dict[str, Any], ledger: Path, leases: list[dict[str, Any]],
-                     states: dict[str, str] | None) -> dict[str, Any]:
-    """What a `campaign submit` run is doing: its job array's elements (Slurm state, the tasks
-    each one runs now and how many it ended in this submission) and how many tasks are done."""
-    from .._worker import task_list_path
+class _SubmissionTally:
+    """What a `campaign submit` run is doing, added up chunk by chunk: how many of its tasks
+    ended in it, and by which job array element."""
 
-    run = doc["runs"][-1]
-    since = run.get("started") or 0.0
-    job = run.get("job")
-    elements: dict[str, dict[str, Any]] = {
-        key: {"state": state, "running": [], "ended_tasks": 0}
-        for key, state in sorted((states or {}).items(), key=lambda kv: _element_order(kv[0]))}
+    def __init__(self, ledger: Path, run: dict[str, Any]):
+        from .._worker import task_list_path
 
-    def element(key: str) -> dict[str, Any]:  # one Slurm no longer lists (or never asked)
-        return elements.setdefault(key, {"state": None, "running": [], "ended_tasks": 0})
+        self.run = run
+        self.since = run.get("started") or 0.0
+        self.job = run.get("job")
+        try:
+            self.to_run: list[str] | None = orjson.loads(
+                task_list_path(ledger, run.get("submission") or run["id"]).read_bytes())
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            self.to_run = None
+        self.wanted = None if self.to_run is None else set(self.to_run)
+        self.done = 0
+        self.ended_by: dict[str, int] = {}
 
-    try:
-        to_run = orjson.loads(task_list_path(ledger, run.get("submission") or run["id"])
-                              .read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        to_run = None
-    tasks = doc["tasks"]
-    done = 0
-    for tid in to_run if to_run is not None else tasks:
-        rec = tasks.get(tid)
-        if rec is None or rec["status"] not in ("accepted", "failed"):
-            continue
-        if (rec.get("ended") or 0.0) >= since:
-            done += 1
+    def add(self, tasks: dict[str, Any]) -> None:
+        wanted, since, job = self.wanted, self.since, self.job
+        for tid, rec in tasks.items():
+            if wanted is not None and tid not in wanted:
+                continue
+            if rec["status"] not in ("accepted", "failed") or (rec.get("ended") or 0.0) < since:
+                continue
+            self.done += 1
             worker = rec.get("worker")
             if worker and (job is None or worker.startswith(f"{job}_")):
-                element(worker)["ended_tasks"] += 1
-    for lease in leases:
-        worker = lease["owner"].get("worker")
-        if worker and (job is None or worker.startswith(f"{job}_")):
-            element(worker)["running"].append(lease["task_id"])
-    return {"id": run.get("submission") or run["id"], "job": job,
-            "to_run": run.get("to_run", None if to_run is None else len(to_run)),
-            "done": done, "slurm_asked": states is not None, "elements": elements}
+                self.ended_by[worker] = self.ended_by.get(worker, 0) + 1
+
+    def facts(self, leases: list[dict[str, Any]],
+              states: dict[str, str] | None) -> dict[str, Any]:
+        """Its job array's elements (Slurm state, the tasks each one runs now and how many it
+        ended in this submission) and how many tasks are done."""
+        run, job = self.run, self.job
+        elements: dict[str, dict[str, Any]] = {
+            key: {"state": state, "running": [], "ended_tasks": 0}
+            for key, state in sorted((states or {}).items(), key=lambda kv: _element_order(kv[0]))}
+
+        def element(key: str) -> dict[str, Any]:  # one Slurm no longer lists (or never asked)
+            return elements.setdefault(key, {"state": None, "running": [], "ended_tasks": 0})
+
+        for worker, n in self.ended_by.items():
+            element(worker)["ended_tasks"] += n
+        for lease in leases:
+            worker = lease["owner"].get("worker")
+            if worker and (job is None or worker.startswith(f"{job}_")):
+                element(worker)["running"].append(lease["task_id"])
+        to_run = self.to_run
+        return {"id": run.get("submission") or run["id"], "job": job,
+                "to_run": run.get("to_run", None if to_run is None else len(to_run)),
+                "done": self.done, "slurm_asked": states is not None, "elements": elements}
 
 
 def _element_order(key: str) -> tuple[int, str]:

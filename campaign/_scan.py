@@ -1,0 +1,285 @@
+"""A streaming scan of a ledger file: its records chunk by chunk, checked, in bounded memory.
+
+`campaign status`, `results` and `failures` read every record once and keep only what they
+report. Parsing the whole file (`campaign.read_ledger`) holds every record as Python objects at
+once (about 3 GB for a million tasks); this module reads the file in blocks and parses the task
+records a block at a time, so the memory used is that of one block's records plus what the
+caller keeps.
+
+How a block is split: the ledger's writer puts ``"tasks"`` last and writes each record as
+``"<task id>":{"status":...``. A block is cut before the last ``},"<id>":{"status":"`` in it and
+the part before the cut is parsed as one JSON object; the parse succeeds only when the cut falls
+between two records (a cut inside a string leaves the string open, one inside a record leaves a
+brace open: both are JSON errors), so a wrong cut is detected and the previous candidate tried.
+Every chunk is checked exactly as `campaign.read_ledger` checks the whole file
+(`campaign._document.check`: the same `LedgerError`, naming the task and the field). A file this
+cannot split (written by hand, pretty-printed, ``"tasks"`` not last) is read whole with
+`campaign._document.read` instead: the same answer, without the memory bound.
+
+Array workers' fragments not yet merged are applied to the records as they stream by
+(`Overlay`), as `campaign._array.overlay` applies them to a whole document.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from itertools import islice
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+
+from . import _document
+from ._errors import LedgerError
+from ._records import merge
+
+logger = logging.getLogger(__name__)
+
+#: Bytes read from the file at a time.
+BLOCK = 8 << 20
+#: The head (everything before ``"tasks"``) is looked for in at most this many bytes.
+HEAD_LIMIT = 64 << 20
+_TASKS_KEY = re.compile(rb'"tasks":\{')
+#: Where a record may begin: the end of the previous one, the next task id, its first field.
+_CUT = re.compile(rb'\},"(?:[^"\\]|\\.)*":\{"status":"')
+
+
+class Scan:
+    """The ledger at ``path`` read as its head (every top-level field but ``tasks``, checked)
+    and its records, streamed by `chunks`. Raises `LedgerError` as `campaign.read_ledger`
+    does (no ledger, not JSON, not a ledger, a newer version, a bad field)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, block: int = BLOCK):
+        self.path = Path(path)
+        self.block = block
+        try:
+            self._file = open(self.path, "rb")  # noqa: SIM115 (closed by chunks or close)
+        except FileNotFoundError:
+            raise LedgerError(f"no ledger at {self.path}: check the path") from None
+        except OSError as exc:
+            raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
+        self._whole: dict[str, Any] | None = None
+        self._rest = b""
+        self._journal: dict[str, Any] = {}
+        self._seen: set[str] = set()
+        try:
+            for _ in range(20):  # the file replaced while its journal was read: both again
+                self.head = self._read_head()
+                if self._whole is not None or self._read_journal():
+                    break
+                self._file.close()
+                self._file = open(self.path, "rb")  # noqa: SIM115
+        except FileNotFoundError:
+            raise LedgerError(f"no ledger at {self.path}: check the path") from None
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _read_journal(self) -> bool:
+        """Merge the journal's lines into the head and `_journal` (docs/ledger.md, "The journal
+        and compaction"). False when the file was replaced since it was opened."""
+        from . import _journal
+
+        journal = _journal.read(self.path, self.head.get("generation"))
+        st, now = os.fstat(self._file.fileno()), os.stat(self.path)
+        if (now.st_ino, now.st_size, now.st_mtime_ns) != (st.st_ino, st.st_size, st.st_mtime_ns):
+            return False
+        self._journal = {}
+        for entry in journal.entries:
+            self._journal.update(entry["tasks"])
+            if "runs" in entry:
+                self.head["runs"] = entry["runs"]
+            self.head["updated"] = entry["updated"]
+        if journal.entries:
+            _document.check(dict(self.head, tasks={}), self.path)
+        return True
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _read_head(self) -> dict[str, Any]:
+        buf = b""
+        while len(buf) < HEAD_LIMIT:
+            data = self._file.read(self.block)
+            buf += data
+            for match in _TASKS_KEY.finditer(buf):
+                head = _head(buf[:match.start()], self.path)
+                if head is not None:
+                    self._rest = buf[match.end():]
+                    return head
+            if not data:
+                break
+        return self._read_whole()
+
+    def _read_whole(self) -> dict[str, Any]:
+        """The fallback: the file parsed whole by the public reader."""
+        self._file.close()
+        doc = _document.read(self.path)
+        self._whole = doc["tasks"]
+        return {k: v for k, v in doc.items() if k != "tasks"}
+
+    def chunks(self) -> Iterator[dict[str, Any]]:
+        """The task records, a dict of (task id -> record) per block, in file order, each
+        checked. A problem found in a later block raises `LedgerError` there: a caller prints
+        nothing it built from earlier blocks before the scan has ended."""
+        if self._whole is not None:
+            yield self._whole
+            return
+        rest, ended, done = self._rest, False, 0
+        self._rest = b""
+        try:
+            while not ended:
+                data = self._file.read(self.block)
+                ended = not data
+                rest += data
+                if ended:
+                    stripped = rest.rstrip()
+                    if not stripped.endswith(b"}}"):
+                        yield self._fallback(done)
+                        return
+                    piece, rest = stripped[:-2], b""  # the closing braces of tasks and file
+                    tasks = self._parse(piece)
+                else:
+                    split = self._split(rest)
+                    if split is None:
+                        continue  # one record longer than the block so far: read on
+                    tasks, rest = split
+                if tasks is None:
+                    yield self._fallback(done)
+                    return
+                done += len(tasks)
+                yield self._checked(tasks)
+            extra = {t: r for t, r in self._journal.items() if t not in self._seen}
+            if extra:
+                yield self._checked(extra, journal=False)
+        finally:
+            self._file.close()
+
+    def _checked(self, tasks: dict[str, Any], journal: bool = True) -> dict[str, Any]:
+        """``tasks`` with the journal's newer records in place, checked."""
+        if journal and self._journal:
+            for tid in self._journal.keys() & tasks.keys():
+                tasks[tid] = self._journal[tid]
+                self._seen.add(tid)
+        _document.check({"tasks": tasks, "runs": []}, self.path)
+        return tasks
+
+    @staticmethod
+    def _split(buf: bytes) -> tuple[dict[str, Any], bytes] | None:
+        """The whole records at the start of ``buf`` (parsed) and the bytes after them, or
+        None when no cut before the last few candidates parses."""
+        window = 1 << 16
+        while True:
+            begin = max(0, len(buf) - window)
+            starts = [m.start() + 1 for m in _CUT.finditer(buf, begin)]
+            if starts or begin == 0:
+                break
+            window *= 4
+        for offset in reversed(starts[-8:]):
+            try:
+                tasks = orjson.loads(b"{" + buf[:offset] + b"}")
+            except orjson.JSONDecodeError:
+                continue
+            if type(tasks) is dict:
+                return tasks, buf[offset + 1:]  # the comma between the records dropped
+        return None
+
+    @staticmethod
+    def _parse(piece: bytes) -> dict[str, Any] | None:
+        try:
+            tasks = orjson.loads(b"{" + piece + b"}") if piece.strip() else {}
+        except orjson.JSONDecodeError:
+            return None
+        return tasks if type(tasks) is dict else None
+
+    def _fallback(self, done: int) -> dict[str, Any]:
+        """The file read whole, less the ``done`` records already yielded (the first ones)."""
+        logger.debug("ledger %s: not in the writer's layout; read whole", self.path)
+        tasks = _document.read(self.path)["tasks"]
+        return dict(islice(tasks.items(), done, None)) if done else tasks
+
+    def records(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every (task id, record), in file order."""
+        for chunk in self.chunks():
+            yield from chunk.items()
+
+
+def _head(before: bytes, path: Path) -> dict[str, Any] | None:
+    """The document's top-level fields before ``"tasks"``, checked as the reader checks them,
+    or None when ``before`` does not end at a top-level key of a ledger's object."""
+    try:
+        orjson.loads(before + b'"tasks":{}}')
+    except orjson.JSONDecodeError:
+        return None
+    doc = _document.parse(before + b'"tasks":{}}', path)
+    return {k: v for k, v in doc.items() if k != "tasks"}
+
+
+class Overlay:
+    """Array workers' fragments not merged yet, applied record by record: the records a scan
+    yields become those `campaign._array.overlay` gives the whole document; leases held now
+    show their task running (as `campaign status` shows them)."""
+
+    def __init__(self, ledger: Path, *, with_leases: bool = True):
+        from ._array import _load_fragment, fragment_files, live_leases
+
+        self.pending: dict[str, list[dict[str, Any]]] = {}
+        for path in fragment_files(ledger):
+            records = _load_fragment(path)
+            for tid, rec in (records or {}).items():
+                self.pending.setdefault(tid, []).append(rec)
+        self.leases = live_leases(ledger) if with_leases else []
+        self.held = {lease["task_id"]: lease for lease in self.leases}
+        self._seen: set[str] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.pending or self.held)
+
+    def apply(self, tasks: dict[str, Any]) -> dict[str, Any]:
+        """``tasks`` (one chunk) with the fragments' records and the leases applied."""
+        if not self:
+            return tasks
+        for tid in self.pending.keys() & tasks.keys() | self.held.keys() & tasks.keys():
+            self._seen.add(tid)
+            tasks[tid] = self._one(tid, tasks[tid])
+        return tasks
+
+    def unseen(self) -> dict[str, Any]:
+        """The tasks only fragments hold (none of the chunks had them), at the end of a scan."""
+        out = {}
+        for tid in self.pending.keys() - self._seen:
+            rec = self._one(tid, None)
+            if rec is not None:
+                out[tid] = rec
+        return out
+
+    def _one(self, tid: str, have: dict[str, Any] | None) -> dict[str, Any] | None:
+        for rec in self.pending.get(tid, ()):
+            if have is not None and have["attempts"] > rec["attempts"]:
+                continue
+            have = merge(have, rec)
+        lease = self.held.get(tid)
+        if lease is not None and have is not None and have["status"] != "accepted":
+            owner = lease["owner"]
+            have = dict(have, status="running", host=owner.get("host"), pid=owner.get("pid"),
+                        worker=owner.get("worker"), started=lease["claimed"])
+        return have
+
+
+def scan_records(path: Path, *, with_leases: bool = True,
+                 block: int = BLOCK) -> tuple[dict[str, Any], Iterator[dict[str, Any]], Overlay]:
+    """The head, the checked chunks with the array overlay applied (the tasks only fragments
+    hold come last), and the overlay (for its leases)."""
+    scan = Scan(path, block=block)
+    over = Overlay(path, with_leases=with_leases)
+
+    def chunks() -> Iterator[dict[str, Any]]:
+        for chunk in scan.chunks():
+            yield over.apply(chunk)
+        extra = over.unseen()
+        if extra:
+            yield extra
+
+    return scan.head, chunks(), over
