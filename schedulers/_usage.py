@@ -8,7 +8,7 @@ Every scheduler measures with `Meter`, in the process that runs ``fn``, around t
     meter.usage  # {"cpu_s": 0.31, "peak_rss_bytes": 228589568}
 
 - ``cpu_s``: user + system CPU seconds of the whole process (every thread) while ``fn`` ran
-  (`time.process_time`).
+  (`time.process_time`), to the microsecond.
 - ``peak_rss_bytes``: the process's resident-memory high-water mark (``VmHWM`` of
   ``/proc/self/status``) after it was reset to the current resident size by writing ``5`` to
   ``/proc/self/clear_refs`` before ``fn``: the peak while ``fn`` ran, the memory the process held
@@ -133,7 +133,8 @@ class Meter:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        usage: dict[str, Any] = {CPU: max(0.0, time.process_time() - self._cpu)}
+        # to the microsecond: the clock's noise is coarser, and the ledger keeps it shorter
+        usage: dict[str, Any] = {CPU: round(max(0.0, time.process_time() - self._cpu), 6)}
         if self._rss:
             peak = _peak_rss()
             if peak is not None:
