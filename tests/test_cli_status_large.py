@@ -131,3 +131,44 @@ def test_status_refuses_a_bad_field_in_the_last_chunk_naming_task_and_field(tmp_
         assert proc.stdout == ""  # nothing printed from the chunks before the bad one
         said = str(expected.value).replace(str(ledger), ledger.name)
         assert said in proc.stderr and repr(last) in said and "'pid'" in said
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "jsonl"])
+def test_results_written_as_they_stream_match_the_whole_ledger(tmp_path, fmt):
+    """Rows from many chunks (a ledger larger than a block): the same rows, in item order,
+    as built from the whole document."""
+    import csv
+    import io
+
+    from campaign import _document, read_ledger
+    from campaign._cli._results import result_rows
+
+    ledger = tmp_path / "big.json"
+    load_benchmark().generate(ledger, 30_000, now=time.time())
+    doc = read_ledger(ledger)
+    assert ledger.stat().st_size > 2 * 8 << 20  # more than two blocks of the scan
+    want = list(result_rows(doc["tasks"], True))
+    proc = campaign("results", ledger.name, "--with-items", "--format", fmt, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    if fmt == "json":
+        got = json.loads(proc.stdout)
+    elif fmt == "jsonl":
+        got = [json.loads(line) for line in proc.stdout.splitlines()]
+    else:
+        table = list(csv.DictReader(io.StringIO(proc.stdout)))
+        got = [row["task_id"] for row in table]
+        want = [row["task_id"] for row in want]
+        assert set(table[0]) >= {"energy", "chi2", "item.material"}
+    assert got == want and len(want) == doc_accepted(doc)
+    # a bad record in the last chunk: --output is not written
+    last = list(doc["tasks"])[-1]
+    doc["tasks"][last] = dict(doc["tasks"][last], attempts=-1)
+    ledger.write_bytes(_document.dumps(doc))
+    proc = campaign("results", ledger.name, "--format", fmt, "-o", "out." + fmt, cwd=tmp_path)
+    assert proc.returncode == 2 and "'attempts'" in proc.stderr
+    assert not (tmp_path / f"out.{fmt}").exists()
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+def doc_accepted(doc):
+    return sum(1 for rec in doc["tasks"].values() if rec["status"] == "accepted")

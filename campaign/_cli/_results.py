@@ -1,19 +1,27 @@
-"""``campaign results``: the accepted results of a ledger as CSV, JSON or JSON Lines."""
+"""``campaign results``: the accepted results of a ledger as CSV, JSON or JSON Lines.
+
+The output is written as the ledger streams by (`campaign._scan`), a batch of rows at a time:
+nothing holds every row. CSV reads the ledger twice (its header names every column, so the
+first pass finds them); a bad record is then refused before any row is written. JSON and JSON
+Lines read it once; a bad record in a later chunk stops the output there with exit 2 (with
+``--output``, the file is left as it was)."""
 
 from __future__ import annotations
 
 import csv
+import gc
 import io
+import os
 import shlex
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import click
 import orjson
 
 from schedulers._usage import FIELDS as USAGE_FIELDS
 
-from ._common import BadInput, ledger_argument, plural, read_ledger, verbose_option
+from ._common import BadInput, ledger_argument, plural, scan_ledger, verbose_option
 
 FORMATS = ("csv", "json", "jsonl")
 #: How non-finite floats (stored as ``{"$float": ...}``) are written in CSV.
@@ -45,29 +53,106 @@ def results_command(ledger: Path, fmt: str | None, output: Path | None, with_ite
     has no value, e.g. no gpu_peak_bytes without a GPU); a result key of the same name is
     renamed result.<key>.
     """
-    doc = read_ledger(ledger)
     if fmt is None:
         suffix = output.suffix.lower().lstrip(".") if output is not None else ""
         fmt = suffix if suffix in FORMATS else "csv"
-    rows = list(result_rows(doc["tasks"], with_items, with_records))
-    data = {"csv": _csv, "json": _json, "jsonl": _jsonl}[fmt](rows)
-    if output is None:
-        stream = click.get_binary_stream("stdout")
-        stream.write(data)
-        stream.flush()
-    else:
-        from .._atomic import atomic_write
-
-        try:
-            atomic_write(output, data)
-        except OSError as exc:
-            raise BadInput(f"cannot write {output}: {exc.strerror or exc}") from None
+    gc.disable()  # a chunk of records is many objects, none of them cyclic
+    try:
+        head, chunks, _ = scan_ledger(ledger, with_leases=False)
+        names = _csv_names(chunks, with_items, with_records) if fmt == "csv" else None
+        if names is not None:  # the header needs every column: a second pass writes the rows
+            head, chunks, _ = scan_ledger(ledger, with_leases=False)
+        tally = _Tally(head)
+        rows = tally.rows(chunks, with_items, with_records)
+        lines = {"csv": lambda: _csv(rows, names or []), "json": lambda: _json(rows),
+                 "jsonl": lambda: _jsonl(rows)}[fmt]()
+        if output is None:
+            stream = click.get_binary_stream("stdout")
+            for data in lines:
+                stream.write(data)
+            stream.flush()
+        else:
+            _write_file(output, lines)
+    finally:
+        gc.enable()
+    if output is not None:
         what = "task" if with_records else "result"
-        click.echo(f"campaign: wrote {plural(len(rows), what)} to {output} ({fmt})", err=True)
-    _note_refused(doc, rows)
+        click.echo(f"campaign: wrote {plural(tally.written, what)} to {output} ({fmt})", err=True)
+    tally.note_refused()
     if not with_records:  # with them, every task is listed with its status
-        _note_missing(doc["tasks"], len(rows), ledger)
+        tally.note_missing(ledger)
     return 0
+
+
+def _write_file(output: Path, lines: Iterator[bytes]) -> None:
+    """Write the output as it is made to a temporary file beside ``output``, then replace
+    ``output`` by it (atomically, durably); on any error nothing is left behind."""
+    from .._atomic import fsync_dir, tmp_name
+
+    target = Path(os.path.realpath(output))
+    try:
+        tmp = tmp_name(target)
+        f = open(tmp, "xb")  # noqa: SIM115
+    except OSError as exc:
+        raise BadInput(f"cannot write {output}: {exc.strerror or exc}") from None
+    try:
+        with f:
+            for data in lines:
+                f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        fsync_dir(target.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise BadInput(f"cannot write {output}: {exc.strerror or exc}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class _Tally:
+    """What the notes after the rows need, counted while the rows stream by."""
+
+    def __init__(self, head: dict[str, Any]):
+        runs = head["runs"]
+        self.refused = {r.get("task_id") for r in (runs[-1].get("refused") or [])} \
+            if runs else set()
+        self.written = self.stale = self.total = 0
+        self.missing: dict[str, int] = {}
+
+    def rows(self, chunks: Iterator[dict[str, Any]], with_items: bool,
+             with_records: bool) -> Iterator[dict[str, Any]]:
+        refused = self.refused
+        for chunk in chunks:
+            self.total += len(chunk)
+            for rec in chunk.values():
+                if rec["status"] != "accepted":
+                    self.missing[rec["status"]] = self.missing.get(rec["status"], 0) + 1
+            for row in result_rows(chunk, with_items, with_records):
+                self.written += 1
+                if refused and row["task_id"] in refused:
+                    self.stale += 1
+                yield row
+
+    def note_missing(self, ledger: Path) -> None:
+        """``note: 2 of 10 tasks have no accepted result (1 failed, 1 pending)`` on stderr."""
+        missing = sum(self.missing.values())
+        if not missing:
+            return
+        how = ", ".join(f"{n} {status}" for status, n in self.missing.items())
+        has = "has" if missing == 1 else "have"
+        click.echo(f"campaign: note: {missing} of {plural(self.total, 'task')} {has} no "
+                   f"accepted result ({how}): list them with `campaign status "
+                   f"{shlex.quote(str(ledger))} --tasks`", err=True)
+
+    def note_refused(self) -> None:
+        if self.stale:
+            whose = "result belongs to a task" if self.stale == 1 else "results belong to tasks"
+            click.echo(
+                f"campaign: note: {self.stale} {whose} refused in the last run (their item "
+                "changed since; these results are for the recorded item, see --with-items and "
+                "`campaign failures`)", err=True)
 
 
 def result_rows(tasks: dict[str, Any], with_items: bool,
@@ -92,27 +177,59 @@ def result_rows(tasks: dict[str, Any], with_items: bool,
         yield row
 
 
-def _json(rows: list[dict[str, Any]]) -> bytes:
-    return orjson.dumps(rows, option=orjson.OPT_APPEND_NEWLINE)
+#: Rows written to the output at a time.
+_BATCH = 4096
 
 
-def _jsonl(rows: list[dict[str, Any]]) -> bytes:
-    return b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows)
+def _json(rows: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+    """One JSON list, written a batch of rows at a time."""
+    yield b"["
+    first = True
+    for batch in _batches(rows):
+        body = b",".join(map(orjson.dumps, batch))
+        yield body if first else b"," + body
+        first = False
+    yield b"]\n"
 
 
-def _csv(rows: list[dict[str, Any]]) -> bytes:
+def _jsonl(rows: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+    for batch in _batches(rows):
+        yield b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in batch)
+
+
+def _csv_names(chunks: Iterator[dict[str, Any]], with_items: bool,
+               with_records: bool) -> list[str]:
+    """The CSV header: task_id, the other columns in the order first seen, then the items'."""
     columns: dict[str, None] = {"task_id": None}
     items: dict[str, None] = {}
-    for row in rows:
-        for key in row:
-            (items if key.startswith("item.") else columns).setdefault(key, None)
-    names = list(columns) + list(items)
+    for chunk in chunks:
+        for row in result_rows(chunk, with_items, with_records):
+            for key in row:
+                (items if key.startswith("item.") else columns).setdefault(key, None)
+    return list(columns) + list(items)
+
+
+def _csv(rows: Iterable[dict[str, Any]], names: list[str]) -> Iterator[bytes]:
     out = io.StringIO(newline="")
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(names)
+    for batch in _batches(rows):
+        writer.writerows([_cell(row.get(name)) for name in names] for row in batch)
+        yield out.getvalue().encode("utf-8")
+        out.seek(0)
+        out.truncate()
+    yield out.getvalue().encode("utf-8")
+
+
+def _batches(rows: Iterable[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
     for row in rows:
-        writer.writerow([_cell(row.get(name)) for name in names])
-    return out.getvalue().encode("utf-8")
+        batch.append(row)
+        if len(batch) == _BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _cell(value: Any) -> str:
@@ -128,33 +245,3 @@ def _cell(value: Any) -> str:
     if isinstance(value, dict) and len(value) == 1 and "$float" in value:
         return _CSV_FLOAT[value["$float"]]
     return orjson.dumps(value).decode()
-
-
-def _note_missing(tasks: dict[str, Any], accepted: int, ledger: Path) -> None:
-    """``note: 2 of 10 tasks have no accepted result (1 failed, 1 pending)`` on stderr."""
-    missing = len(tasks) - accepted
-    if not missing:
-        return
-    counts: dict[str, int] = {}
-    for rec in tasks.values():
-        if rec["status"] != "accepted":
-            counts[rec["status"]] = counts.get(rec["status"], 0) + 1
-    how = ", ".join(f"{n} {status}" for status, n in counts.items())
-    has = "has" if missing == 1 else "have"
-    click.echo(f"campaign: note: {missing} of {plural(len(tasks), 'task')} {has} no accepted "
-               f"result ({how}): list them with `campaign status {shlex.quote(str(ledger))} "
-               "--tasks`", err=True)
-
-
-def _note_refused(doc: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    runs = doc["runs"]
-    if not runs or not runs[-1].get("refused"):
-        return
-    refused = {r.get("task_id") for r in runs[-1]["refused"]}
-    stale = sum(1 for row in rows if row["task_id"] in refused)
-    if stale:
-        whose = "result belongs to a task" if stale == 1 else "results belong to tasks"
-        click.echo(
-            f"campaign: note: {stale} {whose} refused in the last run (their item changed "
-            "since; these results are for the recorded item, see --with-items and "
-            "`campaign failures`)", err=True)
