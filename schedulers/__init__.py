@@ -21,6 +21,7 @@ from ._events import Report as Report
 from ._events import Started as Started
 from ._events import Task as Task
 from ._serial import SerialScheduler as SerialScheduler
+from ._usage import Meter as Meter
 
 # Imported on first use (PEP 562): a worker process imports this package for its loop alone, and
 # its start-up is on the critical path of every campaign on processes.

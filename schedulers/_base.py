@@ -15,7 +15,8 @@ class Scheduler(abc.ABC):
     a round once `refill` slots are free) each followed by `flush`, then `stop`.
     `report` may be called from any thread, with one event or a list of them in order; it must
     be given a `Started` event before ``fn`` runs and exactly one `Outcome` per submitted task
-    (unless `stop` comes first).
+    (unless `stop` comes first). Where ``fn`` ran to a return or an exception, the outcome's
+    ``usage`` is what a `schedulers.Meter` measured around that call, in that process.
     """
 
     name: ClassVar[str]

@@ -221,3 +221,13 @@ def test_results_with_records_lists_every_task_with_its_usage(ledger):
     assert isinstance(records[3]["peak_rss_bytes"], int) and records[2]["status"] == "failed"
     plain = list(csv.DictReader(io.StringIO(results())))  # without: accepted results only
     assert len(plain) == 3 and "cpu_s" not in plain[0] and plain[0]["status"] == "mine"
+
+
+def test_a_task_of_several_processes_sums_their_cpu_and_keeps_the_largest_peaks():
+    from schedulers._usage import combined
+
+    one = {"cpu_s": 0.5, "peak_rss_bytes": 300 * MB, "gpu_peak_bytes": 2 * MB}
+    two = {"cpu_s": 0.25, "peak_rss_bytes": 400 * MB, "gpu_peak_bytes": 1 * MB}
+    assert combined([one, two]) == {"cpu_s": 0.75, "peak_rss_bytes": 400 * MB,
+                                    "gpu_peak_bytes": 2 * MB}
+    assert combined([None, one]) == one and combined([None, None]) is None
