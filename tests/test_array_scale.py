@@ -1,0 +1,100 @@
+"""Many array workers claiming from one ledger at once: no task runs twice.
+
+20 `campaign worker` claim loops (`campaign._worker.run_worker` with a function that only notes
+the task it was given) over one submission of 2,000 zero-time tasks, as threads of one process
+and as separate processes. Every task runs exactly once and, once the fragments are merged,
+the ledger holds every task accepted after one attempt. benchmarks/scale.py measures the same
+at 200 claimers x 100,000 tasks (claims per second, merge time); nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from campaign import read_ledger
+from campaign._array import fragment_files, merge_fragments
+from campaign._submit import prepare_submission
+from campaign._worker import run_worker
+from testkit import PYTHON, child_env
+
+CLAIMERS = 20
+TASKS = 2000
+
+_CHILD = """
+import sys
+from pathlib import Path
+import orjson
+from campaign._worker import run_worker
+ledger, submission, out, name = sys.argv[1:5]
+ran = []
+owner = {"worker": name, "job": None, "array_task": None, "host": "here", "pid": 0}
+run_worker(lambda item: ran.append(item["task_id"]) or {"ok": True}, Path(ledger), submission,
+           owner=owner, merge_every=3600.0)
+Path(out).write_bytes(orjson.dumps(ran))
+"""
+
+
+def submit(tmp_path: Path) -> tuple[Path, str]:
+    ledger = tmp_path / "ledger.json"
+    items = [{"task_id": f"t{i:05d}", "x": i} for i in range(TASKS)]
+    sub = prepare_submission(items, ledger_path=ledger)
+    assert len(sub.plan.to_run) == TASKS
+    return ledger, sub.id
+
+
+def assert_each_ran_once(ledger: Path, ran: list[str]) -> None:
+    twice = {tid: n for tid, n in Counter(ran).items() if n > 1}
+    assert not twice, f"tasks run more than once: {dict(list(twice.items())[:10])}"
+    assert len(ran) == TASKS
+    merge_fragments(ledger)  # every worker merged at its end; one more finds nothing new
+    tasks = read_ledger(ledger)["tasks"]
+    assert {rec["status"] for rec in tasks.values()} == {"accepted"}
+    assert {rec["attempts"] for rec in tasks.values()} == {1}
+    assert len({rec["worker"] for rec in tasks.values()}) > 1  # the work was shared
+    assert not fragment_files(ledger)  # all settled, then removed
+
+
+@pytest.mark.slow
+def test_claimers_in_threads_run_each_task_once(tmp_path):
+    ledger, submission = submit(tmp_path)
+    ran: list[str] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(CLAIMERS)
+
+    def claimer(index: int) -> None:
+        owner = {"worker": f"w{index}", "job": None, "array_task": None, "host": "here",
+                 "pid": index}
+        start.wait()
+        try:
+            run_worker(lambda item: ran.append(item["task_id"]) or {"ok": True}, ledger,
+                       submission, owner=owner, merge_every=3600.0)
+        except BaseException as exc:  # noqa: BLE001 (shown by the assertion below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(CLAIMERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert_each_ran_once(ledger, ran)
+
+
+@pytest.mark.slow
+def test_claimers_in_processes_run_each_task_once(tmp_path):
+    ledger, submission = submit(tmp_path)
+    outs = [tmp_path / f"ran-{i}.json" for i in range(CLAIMERS)]
+    procs = [subprocess.Popen([PYTHON, "-c", _CHILD, str(ledger), submission, str(out),
+                               f"p{i}"], env=child_env(), stderr=subprocess.PIPE, text=True)
+             for i, out in enumerate(outs)]
+    for proc in procs:
+        _, err = proc.communicate()
+        assert proc.returncode == 0, err
+    ran = [tid for out in outs for tid in orjson.loads(out.read_bytes())]
+    assert_each_ran_once(ledger, ran)
