@@ -37,7 +37,11 @@ T = TypeVar("T")
 
 
 def _python_path() -> str:
-    """The driver's import path, so that ``fn`` pickled by reference imports in the child."""
+    """The driver's import path, so that ``fn`` pickled by reference imports in the child.
+
+    The child runs with ``-P``: the current folder is not put first on its ``sys.path`` (where a
+    user's ``random.py`` would shadow the standard module); it is on it only where the driver's
+    path has it (``''``, as ``python -m`` puts it), at the same place."""
     return os.pathsep.join(dict.fromkeys(os.path.abspath(p) if p else os.getcwd()
                                          for p in sys.path))
 
@@ -50,7 +54,7 @@ class ChildProcess:
         child_env = dict(os.environ, PYTHONPATH=_python_path(), **env)
         try:
             self._popen = subprocess.Popen(
-                [sys.executable, "-c", _ENTRY, str(theirs.fileno()), str(os.getpid())],
+                [sys.executable, "-P", "-c", _ENTRY, str(theirs.fileno()), str(os.getpid())],
                 pass_fds=(theirs.fileno(),), env=child_env, stdin=subprocess.DEVNULL,
                 start_new_session=True)
         finally:
@@ -145,7 +149,7 @@ def orphaned_workers() -> list[tuple[int, int]]:
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")[:-1]
-            if len(argv) != 5 or argv[1:3] != [b"-c", entry]:
+            if len(argv) not in (5, 6) or argv[-4:-2] != [b"-c", entry]:  # with -P or not
                 continue
             driver = int(argv[4])
             if os.readlink(f"/proc/{pid}/ns/pid") != namespace:

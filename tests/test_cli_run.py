@@ -7,6 +7,7 @@ import signal
 import subprocess
 import textwrap
 
+import pytest
 from cli_data.cli_helpers import (accepted_count, campaign, console_script, env, read_doc,
                                   start, statuses, wait_for, write_json_items, write_model)
 
@@ -168,18 +169,17 @@ def test_progress_bar_shows_counts(tmp_path):
 
 
 def test_a_target_file_named_like_a_stdlib_module_works(tmp_path):
-    """random.py:fit is imported under a private name: the standard `random` module (which the
-    command and its libraries import) stays the real one, in the driver and in the workers.
-    (The console script, as users run it: ``python -m`` puts the current folder first on
-    ``sys.path`` by itself.)"""
+    """random.py:fit is imported under a private name: ``import random`` (by the command, its
+    libraries or the task) gives the standard module, in the driver and in the workers, though
+    the current folder holds random.py. (The console script, as users run it: ``python -m``
+    puts the current folder first on ``sys.path`` by itself.)"""
     (tmp_path / "random.py").write_text(textwrap.dedent("""
-        import sys
-
         def fit(item):
-            return {"y": item["x"] * 2, "stdlib_random": hasattr(sys.modules["random"], "choice")}
+            import random
+            return {"y": item["x"] * 2, "stdlib_random": hasattr(random, "choice")}
     """))
     write_json_items(tmp_path / "items.json", 3)
-    for execution, ledger in (("serial", "s.json"), ("processes", "p.json")):
+    for execution, ledger in (("serial", "s.json"), ("processes", "p.json"), ("dask", "d.json")):
         proc = subprocess.run([console_script(), "run", "random.py:fit", "--items", "items.json",
                                "--ledger", ledger, "--execution", execution, "--progress", "off"],
                               cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
@@ -187,3 +187,31 @@ def test_a_target_file_named_like_a_stdlib_module_works(tmp_path):
         assert "3/3 accepted" in proc.stdout
         results = [rec["result"] for rec in read_doc(tmp_path / ledger)["tasks"].values()]
         assert results == [{"y": 2 * i, "stdlib_random": True} for i in range(3)]
+
+
+@pytest.mark.parametrize("name", ["model", "random"])
+def test_a_target_files_neighbour_modules_import_in_the_workers(tmp_path, name):
+    """A target file that imports a helper module beside it (``from mymodels import double``)
+    runs in the workers too, though the current folder is another one: its folder reaches them
+    (first on ``sys.path`` for model.py, last for random.py, which is named like a standard
+    module)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "mymodels.py").write_text("def double(x):\n    return 2 * x\n")
+    (project / f"{name}.py").write_text(textwrap.dedent("""
+        from mymodels import double
+
+        def fit(item):
+            import mymodels
+            return {"y": double(item["x"]), "again": mymodels.double(item["x"])}
+    """))
+    write_json_items(tmp_path / "items.json", 3)
+    for execution in ("processes", "dask"):
+        ledger = f"{execution}.json"
+        proc = subprocess.run([console_script(), "run", f"project/{name}.py:fit", "--items",
+                               "items.json", "--ledger", ledger, "--execution", execution,
+                               "--progress", "off"],
+                              cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        results = [rec["result"] for rec in read_doc(tmp_path / ledger)["tasks"].values()]
+        assert results == [{"y": 2 * i, "again": 2 * i} for i in range(3)], execution
