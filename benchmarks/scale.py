@@ -64,8 +64,10 @@ items = ({"task_id": f"t{i:07d}", "i": i} for i in range(n))
 t0 = time.perf_counter()
 camp = checkpointed_map(noop, items, ledger_path=path)
 wall = time.perf_counter() - t0
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
 print(json.dumps({"wall": wall, "complete": camp.complete, "bytes": camp.ledger_bytes_written,
-                  "writes": camp.ledger_writes, "ran": done[0], **seen}), flush=True)
+                  "writes": camp.ledger_writes, "ran": done[0], "hwm": int(hwm) * 1024,
+                  **seen}), flush=True)
 """
 
 
@@ -92,7 +94,7 @@ def drive(n: int, ledger: Path) -> dict[str, Any]:
     if got["rc"] != 0:
         raise SystemExit(f"driver failed ({got['rc']}): {got['err'].decode()[-2000:]}")
     facts = orjson.loads(got["out"].splitlines()[-1])
-    return dict(facts, rss=got["rss"], cpu=got["cpu"], size=ledger.stat().st_size)
+    return dict(facts, rss=facts["hwm"], cpu=got["cpu"], size=ledger.stat().st_size)
 
 
 def crash(n: int, ledger: Path, after: float, rng: random.Random) -> dict[str, Any]:
@@ -131,12 +133,27 @@ def crash(n: int, ledger: Path, after: float, rng: random.Random) -> dict[str, A
             "latest_lag": killed_at - max(ends) if ends else None}
 
 
+#: ``campaign status LEDGER`` that writes its own peak RSS (VmHWM) on its last stderr line.
+_STATUS = """
+import atexit, runpy, sys
+def hwm():
+    line = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
+    sys.stderr.write("VmHWM %d\\n" % (int(line.split()[1]) * 1024))
+atexit.register(hwm)
+sys.argv = ["campaign", "status", sys.argv[1]]
+runpy.run_module("campaign._cli", run_name="__main__")
+"""
+
+
 def status(ledger: Path) -> dict[str, Any]:
-    proc, begun = _child([sys.executable, "-m", "campaign._cli", "status", str(ledger)],
+    """``campaign status``: wall and CPU time (``wait4``), peak RSS (the child's own VmHWM:
+    ``ru_maxrss`` would include the benchmark's own memory at the fork)."""
+    proc, begun = _child([sys.executable, "-c", _STATUS, str(ledger)],
                          stdout=subprocess.DEVNULL)
     got = _reap(proc, begun)
     if got["rc"] != 0:
         raise SystemExit(f"campaign status failed: {got['err'].decode()[-2000:]}")
+    got["rss"] = int(got["err"].split()[-1])
     return got
 
 
