@@ -49,9 +49,14 @@ find_python312() {
 }
 
 if ! py312="$(find_python312)"; then
-    echo "ci-jax-matrix: no Python 3.12 found (looked for PYTHON312=${PYTHON312:-unset}," \
-         "$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")/versions/3.12.*/bin/python3.12" \
-         "and python3.12 on PATH); install one (pyenv install 3.12) or set PYTHON312" >&2
+    if [ -n "${PYTHON312:-}" ]; then
+        echo "ci-jax-matrix: PYTHON312=$PYTHON312 is not a runnable Python 3.12 with venv;" \
+             "point it at a python3.12, or unset it to use pyenv's" >&2
+    else
+        echo "ci-jax-matrix: no Python 3.12 found (looked for" \
+             "$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")/versions/3.12.*/bin/python3.12" \
+             "and python3.12 on PATH); install one (pyenv install 3.12) or set PYTHON312" >&2
+    fi
     exit 2
 fi
 
