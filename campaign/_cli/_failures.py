@@ -1,5 +1,6 @@
 """``campaign failures``: every failed task with its error, and the refused tasks of the last
-run with their changed fields and the fix."""
+run with their changed fields and the fix. The ledger streams by (`campaign._scan`): only the
+failed records are kept."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import click
 import orjson
 
-from ._common import EXIT_FAILED, EXIT_OK, ledger_argument, plural, read_ledger, verbose_option
+from ._common import EXIT_FAILED, EXIT_OK, ledger_argument, plural, scan_ledger, verbose_option
 
 
 @click.command("failures", short_help="Failed tasks with their errors; refused tasks.")
@@ -28,12 +29,16 @@ def failures_command(ledger: Path, tb_lines: int, as_json: bool) -> int:
 
     Exits 1 when it lists any failed or refused task, 0 when there is none.
     """
-    doc = read_ledger(ledger)
-    tasks = doc["tasks"]
-    failed = [(tid, rec) for tid, rec in tasks.items() if rec["status"] == "failed"]
-    interrupted = sum(1 for rec in tasks.values() if rec["status"] == "interrupted")
-    last = doc["runs"][-1] if doc["runs"] else {}
-    refused = [r for r in last.get("refused") or [] if r.get("task_id") in tasks]
+    head, chunks, _ = scan_ledger(ledger, with_leases=False)
+    last = head["runs"][-1] if head["runs"] else {}
+    named = {r.get("task_id") for r in last.get("refused") or []}
+    failed: list[tuple[str, dict[str, Any]]] = []
+    interrupted, known = 0, set()
+    for chunk in chunks:  # only the failed records are kept
+        failed += [(tid, rec) for tid, rec in chunk.items() if rec["status"] == "failed"]
+        interrupted += sum(1 for rec in chunk.values() if rec["status"] == "interrupted")
+        known.update(named.intersection(chunk))
+    refused = [r for r in last.get("refused") or [] if r.get("task_id") in known]
     unlisted = max(0, (last.get("refused_count") or 0) - len(last.get("refused") or []))
     if as_json:
         click.echo(orjson.dumps(failure_objects(failed, refused),
