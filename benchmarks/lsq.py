@@ -112,7 +112,7 @@ def bench_assembly(folder: Path, repeats: int) -> None:
     times = {}
     for workers in (1, 2):
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                          host="127.0.0.1", dashboard_address=None) as cluster, \
+                          host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, \
                 Client(cluster) as client:
             client.run(__import__, "solvers.lsq")  # imports on the workers are not timed
             runs = iter(range(repeats))

@@ -66,7 +66,7 @@ def main() -> None:
     try:
         with dask.config.set({"distributed.scheduler.worker-saturation": float("inf")}):
             cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                                   host="127.0.0.1", dashboard_address=None)
+                                   host="127.0.0.1", dashboard_address="127.0.0.1:0")
         with Client(cluster) as client:
             client.gather(client.map(noop, items[:200], pure=False))  # warm both paths
             checkpointed_map(noop, items[:200], ledger_path=ledger(), execution="dask",

@@ -80,7 +80,7 @@ def test_processes_record_cpu_and_peak_memory_per_attempt(ledger):
 
 def test_dask_records_cpu_and_peak_memory_per_attempt(ledger):
     cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                       host="127.0.0.1", dashboard_address=None)
+                                       host="127.0.0.1", dashboard_address="127.0.0.1:0")
     with cluster, distributed.Client(cluster) as client:
         items = items_burn_big_small()
         # the small task runs after the big one: in a second run, on the same worker process
@@ -231,3 +231,14 @@ def test_a_task_of_several_processes_sums_their_cpu_and_keeps_the_largest_peaks(
     assert combined([one, two]) == {"cpu_s": 0.75, "peak_rss_bytes": 400 * MB,
                                     "gpu_peak_bytes": 2 * MB}
     assert combined([None, one]) == one and combined([None, None]) is None
+
+
+def test_a_device_group_of_two_processes_records_both_processes_cpu(ledger, monkeypatch):
+    for name in ("DIFFSOUP_COORDINATOR", "DIFFSOUP_NUM_PROCESSES", "DIFFSOUP_PROCESS_ID"):
+        monkeypatch.delenv(name, raising=False)
+    camp = checkpointed_map(work, [{"task_id": "both", "burn": 0.3}], ledger_path=ledger,
+                            execution="processes", device_groups=[((0,), (1,))])
+    assert camp.complete
+    rec = read_ledger(ledger)["tasks"]["both"]
+    assert rec["cpu_s"] >= 0.45  # each process spun 0.3 s of its own: the sum is >= 0.6
+    assert rec["peak_rss_bytes"] > 0

@@ -118,7 +118,7 @@ def test_other_local_processes_cannot_run_code_in_the_embedded_cluster(tmp_path)
     # The attack works against a cluster without TLS (so that its refusal below means it).
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                                   protocol="tcp://", host="127.0.0.1",
-                                  dashboard_address=None) as open_cluster:
+                                  dashboard_address="127.0.0.1:0") as open_cluster:
         with distributed.Client(open_cluster) as c:
             [worker] = c.scheduler_info()["workers"]
             out = subprocess.run([*attacker, open_cluster.scheduler_address, worker,
@@ -267,7 +267,7 @@ def test_a_cluster_of_ones_own_keeps_its_security(tmp_path):
     security = Security.temporary()
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                                   protocol="tls://", security=security, host="127.0.0.1",
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address="127.0.0.1:0") as cluster:
         items = [{"task_id": f"t{i}", "sleep": 0} for i in range(3)]
         camp = checkpointed_map(poison_or_sleep, items, ledger_path=tmp_path / "l.json",
                                 execution="dask", scheduler_address=cluster.scheduler_address,
