@@ -22,9 +22,9 @@ Every scheduler measures with `Meter`, in the process that runs ``fn``, around t
 
 The cost per task is one ``write`` to a file kept open, one ``pread`` of another (the kernel
 writes the whole status text: most of the cost), two CPU-clock reads, and with JAX imported a
-few calls into it: about 20 us on a 2-core VM (files reopened after a ``fork``). Where several tasks run at once
-in one process (a dask worker with several threads), the figures are the process's: they cover
-every task that ran meanwhile.
+few calls into it: about 20 us on a 2-core VM (files reopened after a ``fork``). Where several
+tasks run at once in one process (a dask worker with several threads), the figures are the
+process's: they cover every task that ran meanwhile.
 """
 
 from __future__ import annotations
