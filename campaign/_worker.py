@@ -175,11 +175,11 @@ def _run_one(fn, rec, tid, work, owner, lease, summary, limits: Limits):
     where = {"host": owner["host"], "pid": owner["pid"], "worker": owner["worker"],
              "device_group": None}
     tries = 0
-    meter = Meter()
     while True:
         begun = _records.started(rec, at=time.time(), **where)
         summary.ran += 1
         tries += 1
+        meter = Meter()  # empty until fn ran: an item that does not decode measured nothing
         try:
             item = decode(begun["item"])
             with meter:
