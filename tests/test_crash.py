@@ -2,8 +2,9 @@
 
 Kills land during fn, during whole-file ledger writes (a temporary file is left behind), while
 outcomes wait in the journal (`<ledger>.journal`, appended between whole-file writes), during a
-compaction (a temporary file beside a journal) and between writes, under each execution: ``serial`` (fn in the driver), ``processes`` (the driver's
-workers die with it) and ``dask`` (an embedded cluster). After every kill the ledger parses,
+compaction (a temporary file beside a journal) and between writes, under each execution:
+``serial`` (fn in the driver), ``processes`` (the driver's workers die with it) and ``dask``
+(an embedded cluster). After every kill the ledger parses,
 the file alone is standard JSON, every task ever seen accepted (the file and its journal read
 by `read_ledger`) is still accepted with the same result and is never run again, and resuming
 finishes every task, leaving no journal.
@@ -191,5 +192,6 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution):
         assert left <= killed, f"drivers {sorted(left - killed)} left a temporary file"
     print(f"\n{execution}: {kills} SIGKILLs ({aimed} aimed) over {campaigns} campaigns, "
           f"{landed['write']} during a whole-file write, {landed['journal']} with outcomes in the "
-          f"journal, {landed['compaction']} during a compaction; {campaigns * TASKS} tasks accepted, "
+          f"journal, {landed['compaction']} during a compaction; {campaigns * TASKS} tasks "
+          "accepted, "
           f"none lost; {reruns} calls of fn again for tasks killed before they were recorded")
