@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import klujax  # noqa: F401  a hard dependency (KLU is the reference here): missing is an error
 import numpy as np
 import pytest
 from cudss_support import random_system
 
-from solvers.linear import KLU, CuDSS, klu_available, linear_solver
+from solvers.linear import KLU, CuDSS, linear_solver
 from solvers.linear._cudss_library import PREFIX, extension
 
 
@@ -41,8 +42,6 @@ def test_factor_solve_refactor_match_scipy(fake_library, counts):
 
 
 def test_agrees_with_klu(fake_library):
-    if not klu_available():
-        pytest.skip("klujax is not installed")
     pattern, values, _ = random_system(60, seed=3)
     b = np.cos(np.arange(pattern.n))
     out = []
@@ -152,8 +151,6 @@ def test_auto_never_picks_cudss_on_cpu(fake_library):
 
 
 def test_pdesolve_particle_model_matches_klu(fake_library, counts):
-    if not klu_available():
-        pytest.skip("klujax is not installed")
     from solvers import dae
 
     spec = dae.ParticleSpec(cells=30)
