@@ -8,15 +8,14 @@ import subprocess
 import time
 from pathlib import Path
 
+import distributed
 import numpy as np
 import pytest
 
 from campaign import read_ledger
 from lsq_rows import counted_rows, stacked
 from solvers.lsq import METHODS, BlockStore, solve
-from testkit import PYTHON, child_env
-
-distributed = pytest.importorskip("distributed")
+from testkit import PYTHON, child_env, wait_until
 
 DRIVER = Path(__file__).with_name("lsq_driver.py")
 N = 16
@@ -39,18 +38,16 @@ def accepted(ledger: Path) -> set[str]:
     return {tid for tid, rec in tasks.items() if rec["status"] == "accepted"}
 
 
-def quiet(client, log: Path) -> None:
-    """Wait until no task of the killed driver runs on the workers any more."""
-    deadline, last, since = time.monotonic() + 60, None, time.monotonic()
-    while True:
-        assert time.monotonic() < deadline, "the workers never went idle"
-        busy = sum(client.run(lambda dask_worker: len(dask_worker.state.executing)).values())
-        now = len(evaluations(log))
-        if now != last:
-            last, since = now, time.monotonic()
-        if busy == 0 and time.monotonic() - since > 1.0:
-            return
-        time.sleep(0.1)
+def quiet(client) -> None:
+    """Wait until no task of the killed driver is left: the scheduler forgot them all (their
+    client is gone) and so did every worker (a task still running when they were released stays
+    in its worker's state until it has finished, and written its evaluation)."""
+    def gone() -> bool:
+        if client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)):
+            return False
+        return not any(client.run(lambda dask_worker: len(dask_worker.state.tasks)).values())
+
+    wait_until(gone, "the workers to be done with the killed driver's tasks", interval=0.1)
 
 
 @pytest.mark.slow
@@ -66,7 +63,7 @@ def test_killed_driver_resumes_and_computes_only_missing_blocks(tmp_path, client
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
     proc.stdout.close()
-    quiet(client, log)
+    quiet(client)
     kept = accepted(ledger)
     first = evaluations(log)
     assert 4 <= len(kept) < N, "killed mid-way"
