@@ -131,7 +131,6 @@ def uses_jax_on_cpu(item):
 
 
 def test_jax_on_cpu_records_no_gpu_peak(ledger):
-    pytest.importorskip("jax")
     camp = checkpointed_map(uses_jax_on_cpu, [{"task_id": "a"}, {"task_id": "b"}],
                             ledger_path=ledger, execution="processes", workers=1)
     assert camp.complete
@@ -155,7 +154,6 @@ def test_measuring_never_imports_jax_nor_starts_its_backends():
         "jax.numpy.zeros(3).block_until_ready()\n"
         "out['gpu_on_cpu'] = gpu_peak_bytes()\n"
         "print(json.dumps(out))\n")
-    pytest.importorskip("jax")
     done = subprocess.run([PYTHON, "-c", code], env=child_env(), capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -173,7 +171,8 @@ def uses_gpu(item):
 
 
 def test_jax_on_a_gpu_records_its_peak_bytes(ledger):
-    jax = pytest.importorskip("jax")
+    import jax
+
     # in a worker process, so that this test process never takes a GPU
     probe = subprocess.run([PYTHON, "-c", "import jax; print(jax.default_backend())"],
                            env=child_env(), capture_output=True, text=True, timeout=300)
