@@ -59,8 +59,9 @@ class Campaign:
         records: task id -> the task's ledger record (status, attempts, item, fingerprint,
             result, error, host, pid, times, history), in the order of items.
         refused: the task ids refused because their item changed.
-        ledger_writes: how many times this run wrote the ledger (group commits).
-        ledger_bytes_written: how many bytes those writes wrote.
+        ledger_writes: how many times this run wrote the ledger (group commits: journal
+            appends and whole-file writes).
+        ledger_bytes_written: how many bytes those writes wrote (journal lines and files).
         kept: how many tasks were accepted in the ledger before this run and not run again.
         ran: how many tasks this run ran (at least one attempt ended in this run).
         elapsed: how long this run took, in seconds.
