@@ -97,7 +97,7 @@ def drive(n: int, ledger: Path) -> dict[str, Any]:
     return dict(facts, rss=facts["hwm"], cpu=got["cpu"], size=ledger.stat().st_size)
 
 
-def crash(n: int, ledger: Path, after: float, rng: random.Random) -> dict[str, Any]:
+def crash(n: int, ledger: Path, after: float) -> dict[str, Any]:
     """Kill a driver of ``n`` tasks with SIGKILL ``after`` seconds after its first progress
     line; the outcomes on disk of the tasks finished 1 s before the kill."""
     from campaign import read_ledger
@@ -126,7 +126,8 @@ def crash(n: int, ledger: Path, after: float, rng: random.Random) -> dict[str, A
     on_disk = sum(1 for i in range(finished)
                   if tasks.get(f"t{i:07d}", {}).get("status") == "accepted")
     ends = [rec["ended"] for rec in tasks.values() if rec["status"] == "accepted"]
-    return {"ended_first": ended_first, "killed_after": killed_at - (progress[0][1] if progress else killed_at),
+    first = progress[0][1] if progress else killed_at
+    return {"ended_first": ended_first, "killed_after": killed_at - first,
             "finished_1s_before": finished, "on_disk": on_disk,
             "fraction": on_disk / finished if finished else None,
             "accepted_on_disk": len(ends),
@@ -245,7 +246,7 @@ def one_size(n: int, folder: Path, rng: random.Random) -> None:
           f"{_mb(first['size'])}, written {first['bytes'] / n:.0f} bytes/task in "
           f"{first['writes']} writes ({first['compactions']} whole-file rewrites)", flush=True)
     after = rng.uniform(0.3, 0.8) * first["wall"]
-    crashed = crash(n, folder / f"crash-{n}.json", after, rng)
+    crashed = crash(n, folder / f"crash-{n}.json", after)
     frac = crashed["fraction"]
     lag = crashed["latest_lag"]
     print(f"[{n}] SIGKILL {crashed['killed_after']:.1f} s into the run: "
