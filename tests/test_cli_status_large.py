@@ -172,3 +172,31 @@ def test_results_written_as_they_stream_match_the_whole_ledger(tmp_path, fmt):
 
 def doc_accepted(doc):
     return sum(1 for rec in doc["tasks"].values() if rec["status"] == "accepted")
+
+
+def test_scan_applies_unmerged_fragments_as_overlay_does(tmp_path):
+    """Records of array workers' fragments not merged yet (one replacing a record, one for a
+    task only a fragment knows) stream by as `campaign._array.overlay` gives them."""
+    from campaign import _records, read_ledger
+    from campaign._array import WorkDir, overlay
+    from campaign._scan import scan_records
+
+    ledger = _small_ledger(tmp_path, 2000)
+    doc = read_ledger(ledger)
+    ids = list(doc["tasks"])
+    pending = next(t for t in ids if doc["tasks"][t]["status"] == "pending")
+    owner = {"worker": "9_1", "host": "n1", "pid": 1}
+    rec = _records.started(doc["tasks"][pending], host="n1", pid=1, worker="9_1",
+                           device_group=None, at=time.time())
+    rec = _records.finished(rec, "accepted", at=time.time(), result={"energy": 1.0})
+    work = WorkDir(ledger, "sub1")
+    work.write_fragment({pending: rec}, owner)
+    work.write_fragment({"only-here": dict(rec, item={"task_id": "only-here"})}, owner)
+    want = overlay(read_ledger(ledger), ledger)["tasks"]
+    _, chunks, _ = scan_records(ledger, block=16 << 10)
+    got = {}
+    for chunk in chunks:
+        got.update(chunk)
+    assert got == want and got[pending]["status"] == "accepted" and "only-here" in got
+    facts = json.loads(campaign("status", ledger.name, "--json", cwd=tmp_path).stdout)
+    assert facts["total"] == 2001
