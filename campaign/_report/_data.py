@@ -1,10 +1,11 @@
-"""The columns `campaign report` plots, taken from a ledger in one read.
+"""The columns `campaign report` plots, taken from a ledger as it streams by.
 
-The ledger is read once with the public reader (`campaign.read_ledger`); array workers'
-fragments not merged yet are applied and the tasks their live leases hold are shown running, as
-`campaign status` does. Each field of the records becomes one numpy column (one list
-comprehension per field, no per-record Python function), so a million records cost a few
-seconds beyond the parse.
+The ledger is read chunk by chunk (`campaign._scan`: each chunk checked as `campaign.read_ledger`
+checks the whole file, array workers' fragments not merged yet applied, the tasks their live
+leases hold shown running, as `campaign status` does). Of each chunk only the fields the page
+shows are kept, as numpy columns (one C-level pass per chunk, no per-record Python function);
+the records themselves are dropped, so a million records need a few hundred MB, not the
+several GB of the parsed file.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ RESOURCES = ("cpu_s", "peak_rss_bytes", "gpu_peak_bytes")
 MAX_COLUMNS = 12
 #: Results looked at to find the result keys (spread over the accepted tasks).
 _KEY_SAMPLE = 2000
+#: Results (and items) looked at in each chunk of the ledger after the first _KEY_SAMPLE.
+_CHUNK_SAMPLE = 64
 
 
 @dataclass
@@ -80,24 +83,28 @@ class Data:
 
 def load(path: Path, now: float) -> Data:
     """Read the ledger at ``path`` (with its array fragments and leases) into `Data`."""
-    from .. import read_ledger
-    from .._cli._status import summarize
+    from .._cli._status import Tally
+    from .._scan import scan_records
 
-    gc.disable()  # a large ledger parses into millions of objects, none of them cyclic
+    gc.disable()  # a chunk parses into many objects, none of them cyclic
     try:
-        doc = read_ledger(path)
-        leases = _overlay(doc, path)
-        facts = summarize(doc, str(path), now, array_workers=leases,
-                          array_active=_array_active(doc))
-        return _columns(doc, facts, str(path), now)
+        head, chunks, over = scan_records(path)
+        tally = Tally(head["runs"], now)
+        columns = _Columns(now, over.held)
+        for chunk in chunks:
+            tally.add(chunk)
+            columns.add(chunk)
+        facts = tally.facts(head, str(path), array_workers=len(over.leases),
+                            array_active=_array_active(head))
+        return columns.data(str(path), head["runs"], facts)
     finally:
         gc.enable()
 
 
-def _array_active(doc: dict[str, Any]) -> bool:
+def _array_active(head: dict[str, Any]) -> bool:
     """Whether an element of the last submission's job array is pending or running in Slurm
     (one query, as `campaign status` asks; False when Slurm cannot be asked from here)."""
-    last = doc["runs"][-1] if doc["runs"] else {}
+    last = head["runs"][-1] if head["runs"] else {}
     if last.get("status") != "submitted" or not last.get("job"):
         return False
     from schedulers.slurm import ACTIVE_STATES
@@ -106,25 +113,6 @@ def _array_active(doc: dict[str, Any]) -> bool:
 
     states = job_array_states(last.get("job"))
     return bool(states) and any(state in ACTIVE_STATES for state in states.values())
-
-
-def _overlay(doc: dict[str, Any], ledger: Path) -> int:
-    """Apply unmerged fragments; show tasks held by live leases as running (as `campaign
-    status` does). Returns the number of live leases."""
-    from .._array import live_leases, overlay
-
-    overlay(doc, ledger)
-    leases = live_leases(ledger)
-    tasks = doc["tasks"]
-    for lease in leases:
-        rec = tasks.get(lease["task_id"])
-        if rec is not None and rec["status"] != "accepted":
-            owner = lease["owner"]
-            tasks[lease["task_id"]] = dict(
-                rec, status="running", host=owner.get("host"), pid=owner.get("pid"),
-                worker=owner.get("worker"), started=lease["claimed"], ended=None,
-                duration=None)
-    return len(leases)
 
 
 def _floats(values: list[Any]) -> np.ndarray:
@@ -142,35 +130,11 @@ def _floats(values: list[Any]) -> np.ndarray:
 
 #: The record fields taken for every task, in one C-level pass (`operator.itemgetter`).
 _TASK_FIELDS = ("status", "started", "ended", "duration", "attempts", "history", "worker",
-                "host", "pid", "result", "item")
+                "host", "pid", "result", "item", "error")
+_GET_TASK = itemgetter(*_TASK_FIELDS)
 
 
-def _columns(doc: dict[str, Any], facts: dict[str, Any], path: str, now: float) -> Data:
-    tasks = doc["tasks"]
-    ids = list(tasks)
-    recs = list(tasks.values())
-    (statuses, started, ended, duration, tries, histories, workers, hosts, pids, results,
-     items) = _fields(recs, _TASK_FIELDS)
-    status = np.array(list(map(CODE.__getitem__, statuses)), dtype=np.int8)
-    started, ended, duration = (_floats(c) for c in (started, ended, duration))
-    tries = np.array(tries, dtype=np.int64)
-    earlier = [(i, h) for i, hist in enumerate(histories) if hist for h in hist]
-    ran = np.flatnonzero(~np.isnan(started))
-    lanes = [workers[i] or (hosts[i], pids[i]) for i in ran.tolist()]
-    data = Data(path=path, now=now, runs=doc["runs"], facts=facts, task_ids=ids, status=status,
-                attempts_per_task=tries, started=started, ended=ended, duration=duration,
-                attempts=_attempts(recs, ran, lanes, status, started, ended, tries, earlier,
-                                   now),
-                failures=_failures(ids, recs, status),
-                interruption_causes=_interruption_causes(recs, status, earlier))
-    accepted = np.flatnonzero(status == ACCEPTED).tolist()
-    data.results, data.columns_left_out = _numeric(
-        [results[i] or {} for i in accepted], exclude=())
-    data.item_fields = _item_axis([items[i] for i in accepted])
-    return data
-
-
-def _fields(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[tuple[Any, ...]]:
+def _fields(rows: list[Any], keys: tuple[str, ...]) -> list[tuple[Any, ...]]:
     """The values of ``keys`` (present in every row) as one tuple per key."""
     if not rows:
         return [()] * len(keys)
@@ -179,87 +143,176 @@ def _fields(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[tuple[Any
     return list(zip(*map(itemgetter(*keys), rows)))
 
 
-def _attempts(recs: list[dict[str, Any]], ran: np.ndarray, lanes: list[Any],
-              status: np.ndarray, started: np.ndarray, ended: np.ndarray, tries: np.ndarray,
-              earlier: list[tuple[int, dict[str, Any]]], now: float) -> Attempts:
-    last = list(map(recs.__getitem__, ran.tolist()))
-    earlier = [(i, h) for i, h in earlier if h.get("started") is not None]
-    hist = [h for _, h in earlier]
-    keys = lanes + [h.get("worker") or (h.get("host"), h.get("pid")) for h in hist]
-    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-    status_codes = np.concatenate([status[ran], np.array(
-        [CODE.get(h.get("status"), INTERRUPTED) for h in hist], dtype=np.int8)])
-    end = np.concatenate([ended[ran], _floats([h.get("ended") for h in hist])])
-    end = np.where(np.isnan(end) & (status_codes == RUNNING), now, end)
-    return Attempts(
-        task=np.concatenate([ran, np.array([i for i, _ in earlier], dtype=np.int64)]),
-        number=np.concatenate([tries[ran], np.array([h.get("attempt") or 0 for h in hist],
-                                                     dtype=np.int64)]),
-        status=status_codes, lane=np.array(list(map(index.__getitem__, keys)), dtype=np.int64),
-        lanes=[k if type(k) is str else f"{k[0]} pid {k[1]}" for k in index],
-        started=np.concatenate([started[ran], _floats([h.get("started") for h in hist])]),
-        ended=end,
-        resources=_resources(last, hist))
+def _values(rows: list[dict[str, Any]], keys: list[str]) -> list[tuple[Any, ...]]:
+    """`_fields`, where some rows may lack some keys (None for those)."""
+    try:  # every row has every key: one C-level pass
+        return _fields(rows, tuple(keys))
+    except KeyError:
+        return [tuple(row.get(key) for row in rows) for key in keys]
 
 
-def _resources(last: list[dict[str, Any]], hist: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-    """The RESOURCES columns of the attempts (one pass over the records for all of them)."""
-    a, b, c = RESOURCES
-    mine = _columns_of([(r.get(a), r.get(b), r.get(c)) for r in last], 3)
-    earlier = _columns_of([(h.get(a), h.get(b), h.get(c)) for h in hist], 3)
-    return {k: np.concatenate([_floats(mine[j]), _floats(earlier[j])])
-            for j, k in enumerate(RESOURCES)}
+def _spread(n: int, most: int = _KEY_SAMPLE) -> list[int]:
+    """Up to ``most`` row indices spread evenly over ``n`` rows."""
+    return np.unique(np.linspace(0, n - 1, min(n, most)).astype(np.int64)).tolist()
+
+
+def _lane(worker: Any, host: Any, pid: Any) -> Any:
+    return worker or (host, pid)
+
+
+class _Numeric:
+    """Numeric fields of dicts (the accepted tasks' results, or their items' top-level fields),
+    gathered chunk by chunk: the keys with a number in a sample of the rows (spread over each
+    chunk, `_spread`: _KEY_SAMPLE rows in all at first, then _CHUNK_SAMPLE of each later chunk)
+    in the order first seen, each as float column chunks."""
+
+    def __init__(self, exclude: tuple[str, ...] = ()):
+        self.exclude = exclude
+        self.rows = self.looked = 0
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.seen: dict[str, set[float]] = {}  # the sampled numbers of each key
+        self.sampled: Counter[str] = Counter()
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        exclude, parts, seen, sampled = self.exclude, self.parts, self.seen, self.sampled
+        sample = _spread(len(rows), max(_CHUNK_SAMPLE, _KEY_SAMPLE - self.looked))
+        self.looked += len(sample)
+        for j in sample:
+            for key, value in rows[j].items():
+                if key not in exclude and (type(value) is float or type(value) is int):
+                    if key not in parts:  # found late: nan in the rows before
+                        parts[key] = [np.full(self.rows, np.nan)] if self.rows else []
+                    seen.setdefault(key, set()).add(value)
+                    sampled[key] += 1
+        if parts:
+            keys = list(parts)
+            for key, column in zip(keys, _values(rows, keys)):
+                parts[key].append(_floats(column))
+        self.rows += len(rows)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {k: np.concatenate(v) if v else np.empty(0) for k, v in self.parts.items()}
+
+
+class _Columns:
+    """The page's columns, added chunk by chunk of records (`add`); `data` ends them."""
+
+    def __init__(self, now: float, held: dict[str, Any]):
+        self.now, self.held = now, held
+        self.ids: list[str] = []
+        self.tasks: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("status", "tries", "started", "ended", "duration")}
+        self.last: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("task", "lane") + RESOURCES}
+        self.hist: list[tuple[int, dict[str, Any]]] = []  # earlier attempts that started
+        self.lanes: dict[Any, int] = {}  # lane key -> index, last attempts' lanes first
+        self.groups: dict[str, Failure] = {}
+        self.causes: Counter[str] = Counter()
+        self.results = _Numeric()
+        self.items = _Numeric(exclude=("task_id",))
+
+    def add(self, tasks: dict[str, Any]) -> None:
+        """Take the columns of ``tasks`` (one chunk: task id -> record)."""
+        for tid in self.held.keys() & tasks.keys():  # a leased task runs: no end yet
+            tasks[tid] = dict(tasks[tid], ended=None, duration=None)
+        first = len(self.ids)
+        self.ids.extend(tasks)
+        recs = list(tasks.values())
+        if not recs:
+            return
+        (statuses, started, ended, duration, tries, histories, workers, hosts, pids, results,
+         items, errors) = zip(*map(_GET_TASK, recs))
+        status = np.fromiter(map(CODE.__getitem__, statuses), dtype=np.int8, count=len(recs))
+        started = _floats(started)
+        t = self.tasks
+        t["status"].append(status)
+        t["tries"].append(np.array(tries, dtype=np.int64))
+        t["started"].append(started)
+        t["ended"].append(_floats(ended))
+        t["duration"].append(_floats(duration))
+        ran = np.flatnonzero(~np.isnan(started)).tolist()
+        lanes = self.lanes
+        self.last["task"].append(np.array(ran, dtype=np.int64) + first)
+        self.last["lane"].append(np.array(
+            [lanes.setdefault(workers[i] or (hosts[i], pids[i]), len(lanes)) for i in ran],
+            dtype=np.int64))
+        used = _values(list(map(recs.__getitem__, ran)), list(RESOURCES))
+        for key, column in zip(RESOURCES, used):
+            self.last[key].append(_floats(list(column)))
+        earlier = [(i, h) for i, hist in enumerate(histories) if hist for h in hist]
+        causes = self.causes
+        for _, h in earlier:
+            if h.get("status") == "interrupted":
+                causes[(h.get("error") or {}).get("type") or "?"] += 1
+        self.hist.extend((first + i, h) for i, h in earlier if h.get("started") is not None)
+        for i in np.flatnonzero(status == INTERRUPTED).tolist():
+            causes[(errors[i] or {}).get("type") or "?"] += 1
+        groups = self.groups
+        for i in np.flatnonzero(status == FAILED).tolist():
+            error = errors[i] or {}
+            kind = error.get("type") or "?"
+            group = groups.get(kind)
+            if group is None:
+                groups[kind] = Failure(kind, 1, self.ids[first + i], error.get("message") or "",
+                                       error.get("traceback") or "")
+            else:
+                group.count += 1
+        accepted = np.flatnonzero(status == ACCEPTED).tolist()
+        self.results.add([results[i] or {} for i in accepted])
+        self.items.add([items[i] for i in accepted])
+
+    def data(self, path: str, runs: list[dict[str, Any]], facts: dict[str, Any]) -> Data:
+        t = {k: np.concatenate(v) if v else np.empty(0) for k, v in self.tasks.items()}
+        status = t["status"].astype(np.int8)
+        data = Data(path=path, now=self.now, runs=runs, facts=facts, task_ids=self.ids,
+                    status=status, attempts_per_task=t["tries"].astype(np.int64),
+                    started=t["started"], ended=t["ended"], duration=t["duration"],
+                    attempts=self._attempts(status, t),
+                    failures=sorted(self.groups.values(), key=lambda f: -f.count),
+                    interruption_causes=self.causes)
+        data.results, data.columns_left_out = _numeric(self.results)
+        data.item_fields = _item_axis(self.items)
+        return data
+
+    def _attempts(self, status: np.ndarray, t: dict[str, np.ndarray]) -> Attempts:
+        last = {k: np.concatenate(v) if v else np.empty(0) for k, v in self.last.items()}
+        ran = last["task"].astype(np.int64)
+        hist = [h for _, h in self.hist]
+        lanes = self.lanes
+        hist_lanes = [lanes.setdefault(_lane(h.get("worker"), h.get("host"), h.get("pid")),
+                                       len(lanes)) for h in hist]
+        codes = np.concatenate([status[ran], np.array(
+            [CODE.get(h.get("status"), INTERRUPTED) for h in hist], dtype=np.int8)])
+        end = np.concatenate([t["ended"][ran], _floats([h.get("ended") for h in hist])])
+        end = np.where(np.isnan(end) & (codes == RUNNING), self.now, end)
+        a, b, c = RESOURCES
+        used = _columns_of([(h.get(a), h.get(b), h.get(c)) for h in hist], 3)
+        return Attempts(
+            task=np.concatenate([ran, np.array([i for i, _ in self.hist], dtype=np.int64)]),
+            number=np.concatenate([t["tries"][ran].astype(np.int64), np.array(
+                [h.get("attempt") or 0 for h in hist], dtype=np.int64)]),
+            status=codes,
+            lane=np.concatenate([last["lane"].astype(np.int64),
+                                 np.array(hist_lanes, dtype=np.int64)]),
+            lanes=[k if type(k) is str else f"{k[0]} pid {k[1]}" for k in lanes],
+            started=np.concatenate([t["started"][ran], _floats([h.get("started")
+                                                                 for h in hist])]),
+            ended=end,
+            resources={k: np.concatenate([last[k].astype(float), _floats(list(used[j]))])
+                       for j, k in enumerate(RESOURCES)})
 
 
 def _columns_of(rows: list[tuple[Any, ...]], width: int) -> list[tuple[Any, ...]]:
     return list(zip(*rows)) if rows else [()] * width
 
 
-def _failures(ids: list[str], recs: list[dict[str, Any]], status: np.ndarray) -> list[Failure]:
-    """The failed tasks grouped by their error's type, most frequent first."""
-    groups: dict[str, Failure] = {}
-    for i in np.flatnonzero(status == FAILED).tolist():
-        error = recs[i]["error"] or {}
-        kind = error.get("type") or "?"
-        group = groups.get(kind)
-        if group is None:
-            groups[kind] = Failure(kind, 1, ids[i], error.get("message") or "",
-                                   error.get("traceback") or "")
-        else:
-            group.count += 1
-    return sorted(groups.values(), key=lambda f: -f.count)
-
-
-def _interruption_causes(recs: list[dict[str, Any]], status: np.ndarray,
-                         earlier: list[tuple[int, dict[str, Any]]]) -> Counter[str]:
-    """Interrupted attempts (last attempts and history) by their cause's error type."""
-    causes: Counter[str] = Counter()
-    for i in np.flatnonzero(status == INTERRUPTED).tolist():
-        causes[(recs[i]["error"] or {}).get("type") or "?"] += 1
-    for _, h in earlier:
-        if h.get("status") == "interrupted":
-            causes[(h.get("error") or {}).get("type") or "?"] += 1
-    return causes
-
-
-def _spread(n: int) -> list[int]:
-    """Up to _KEY_SAMPLE row indices spread evenly over ``n`` rows."""
-    return np.unique(np.linspace(0, n - 1, min(n, _KEY_SAMPLE)).astype(np.int64)).tolist()
-
-
-def _item_axis(items: list[Any]) -> dict[str, np.ndarray]:
+def _item_axis(items: _Numeric) -> dict[str, np.ndarray]:
     """The numeric top-level item field with the most distinct values in a sample of the items
     (a field of distinct integers, likely an index or a seed, only when no other varies), as
     ``{name: column}``; empty when no numeric field varies."""
-    seen: dict[str, set[float]] = {}
-    sampled: Counter[str] = Counter()
-    for j in _spread(len(items)) if items else []:
-        item = items[j]
-        if type(item) is dict:
-            for key, value in item.items():
-                if key != "task_id" and (type(value) is float or type(value) is int):
-                    seen.setdefault(key, set()).add(value)
-                    sampled[key] += 1
+    seen, sampled = items.seen, items.sampled
     varied = [k for k, values in seen.items() if len(values) > 1]
     if not varied:
         return {}
@@ -267,31 +320,16 @@ def _item_axis(items: list[Any]) -> dict[str, np.ndarray]:
     counters = {k for k in varied if len(seen[k]) == sampled[k]
                 and all(type(v) is int for v in seen[k])}
     key = max(varied, key=lambda k: (k not in counters, len(seen[k])))
-    return {key: _floats([i.get(key) if type(i) is dict else None for i in items])}
+    return {key: np.concatenate(items.parts[key])}
 
 
-def _numeric(rows: list[dict[str, Any]], exclude: tuple[str, ...]
-             ) -> tuple[dict[str, np.ndarray], int]:
-    """The numeric keys of flat dicts as float columns (at most MAX_COLUMNS; keys in the order
-    first seen in a sample of the rows); returns them and how many were left out."""
-    if not rows:
-        return {}, 0
-    keys: dict[str, None] = {}
-    for j in _spread(len(rows)):
-        for key, value in rows[j].items():
-            if key not in exclude and (type(value) is float or type(value) is int):
-                keys[key] = None
-    if not keys:
-        return {}, 0
-    try:  # every row has every key: one C-level pass
-        values = dict(zip(keys, _fields(rows, tuple(keys))))
-    except KeyError:
-        values = {key: [row.get(key) for row in rows] for key in keys}
+def _numeric(found: _Numeric) -> tuple[dict[str, np.ndarray], int]:
+    """The numeric result columns (at most MAX_COLUMNS, in the order first seen) with more than
+    one finite value (or the only row's); returns them and how many were left out."""
     columns = {}
-    for key in keys:
-        column = _floats(values.pop(key))
+    for key, column in found.columns().items():
         finite = column[np.isfinite(column)]
-        if finite.size and (finite.size > 1 or len(rows) == 1):
+        if finite.size and (finite.size > 1 or found.rows == 1):
             columns[key] = column
     names = list(columns)
     return {k: columns[k] for k in names[:MAX_COLUMNS]}, max(0, len(names) - MAX_COLUMNS)
