@@ -128,10 +128,11 @@ def _floats(values: list[Any]) -> np.ndarray:
                     dtype=float)
 
 
-#: The record fields taken for every task, in one C-level pass (`operator.itemgetter`).
-_TASK_FIELDS = ("status", "started", "ended", "duration", "attempts", "history", "worker",
-                "host", "pid", "result", "item", "error")
-_GET_TASK = itemgetter(*_TASK_FIELDS)
+#: The record fields taken for every task, in one C-level pass (`operator.itemgetter`)...
+_GET_TASK = itemgetter("status", "started", "ended", "duration", "attempts", "history")
+#: ... and those of the tasks that ran (its worker's, then RESOURCES), of the accepted ones.
+_RAN_FIELDS = ["worker", "host", "pid", *RESOURCES]
+_GET_ACCEPTED = itemgetter("result", "item")
 
 
 def _fields(rows: list[Any], keys: tuple[str, ...]) -> list[tuple[Any, ...]]:
@@ -154,10 +155,6 @@ def _values(rows: list[dict[str, Any]], keys: list[str]) -> list[tuple[Any, ...]
 def _spread(n: int, most: int = _KEY_SAMPLE) -> list[int]:
     """Up to ``most`` row indices spread evenly over ``n`` rows."""
     return np.unique(np.linspace(0, n - 1, min(n, most)).astype(np.int64)).tolist()
-
-
-def _lane(worker: Any, host: Any, pid: Any) -> Any:
-    return worker or (host, pid)
 
 
 class _Numeric:
@@ -206,7 +203,9 @@ class _Columns:
             k: [] for k in ("status", "tries", "started", "ended", "duration")}
         self.last: dict[str, list[np.ndarray]] = {
             k: [] for k in ("task", "lane") + RESOURCES}
-        self.hist: list[tuple[int, dict[str, Any]]] = []  # earlier attempts that started
+        self.hist: dict[str, list[np.ndarray]] = {  # the earlier attempts that started
+            k: [] for k in ("task", "number", "status", "started", "ended", "lane") + RESOURCES}
+        self.hist_lanes: dict[Any, int] = {}  # their lane keys -> index, in the order seen
         self.lanes: dict[Any, int] = {}  # lane key -> index, last attempts' lanes first
         self.groups: dict[str, Failure] = {}
         self.causes: Counter[str] = Counter()
@@ -222,8 +221,7 @@ class _Columns:
         recs = list(tasks.values())
         if not recs:
             return
-        (statuses, started, ended, duration, tries, histories, workers, hosts, pids, results,
-         items, errors) = zip(*map(_GET_TASK, recs))
+        statuses, started, ended, duration, tries, histories = zip(*map(_GET_TASK, recs))
         status = np.fromiter(map(CODE.__getitem__, statuses), dtype=np.int8, count=len(recs))
         started = _floats(started)
         t = self.tasks
@@ -232,26 +230,27 @@ class _Columns:
         t["started"].append(started)
         t["ended"].append(_floats(ended))
         t["duration"].append(_floats(duration))
-        ran = np.flatnonzero(~np.isnan(started)).tolist()
+        ran = np.flatnonzero(~np.isnan(started))
+        workers, hosts, pids, *used = _values(list(map(recs.__getitem__, ran.tolist())),
+                                              _RAN_FIELDS)
         lanes = self.lanes
-        self.last["task"].append(np.array(ran, dtype=np.int64) + first)
+        self.last["task"].append(ran + first)
         self.last["lane"].append(np.array(
-            [lanes.setdefault(workers[i] or (hosts[i], pids[i]), len(lanes)) for i in ran],
+            [lanes.setdefault(w or (h, p), len(lanes)) for w, h, p in zip(workers, hosts, pids)],
             dtype=np.int64))
-        used = _values(list(map(recs.__getitem__, ran)), list(RESOURCES))
         for key, column in zip(RESOURCES, used):
-            self.last[key].append(_floats(list(column)))
+            self.last[key].append(_floats(column))
         earlier = [(i, h) for i, hist in enumerate(histories) if hist for h in hist]
         causes = self.causes
         for _, h in earlier:
             if h.get("status") == "interrupted":
                 causes[(h.get("error") or {}).get("type") or "?"] += 1
-        self.hist.extend((first + i, h) for i, h in earlier if h.get("started") is not None)
+        self._history([(first + i, h) for i, h in earlier if h.get("started") is not None])
         for i in np.flatnonzero(status == INTERRUPTED).tolist():
-            causes[(errors[i] or {}).get("type") or "?"] += 1
+            causes[(recs[i]["error"] or {}).get("type") or "?"] += 1
         groups = self.groups
         for i in np.flatnonzero(status == FAILED).tolist():
-            error = errors[i] or {}
+            error = recs[i]["error"] or {}
             kind = error.get("type") or "?"
             group = groups.get(kind)
             if group is None:
@@ -259,9 +258,26 @@ class _Columns:
                                        error.get("traceback") or "")
             else:
                 group.count += 1
-        accepted = np.flatnonzero(status == ACCEPTED).tolist()
-        self.results.add([results[i] or {} for i in accepted])
-        self.items.add([items[i] for i in accepted])
+        accepted = list(map(recs.__getitem__, np.flatnonzero(status == ACCEPTED).tolist()))
+        results, items = zip(*map(_GET_ACCEPTED, accepted)) if accepted else ((), ())
+        self.results.add([r or {} for r in results])
+        self.items.add(list(items))
+
+    def _history(self, earlier: list[tuple[int, dict[str, Any]]]) -> None:
+        """Take the columns of the earlier attempts (task index, history entry) that started."""
+        if not earlier:
+            return
+        hist, lanes = self.hist, self.hist_lanes
+        entries = [h for _, h in earlier]
+        hist["task"].append(np.array([i for i, _ in earlier], dtype=np.int64))
+        hist["number"].append(np.array([h.get("attempt") or 0 for h in entries], dtype=np.int64))
+        hist["status"].append(np.array([CODE.get(h.get("status"), INTERRUPTED)
+                                        for h in entries], dtype=np.int8))
+        hist["lane"].append(np.array([lanes.setdefault(
+            h.get("worker") or (h.get("host"), h.get("pid")), len(lanes)) for h in entries],
+            dtype=np.int64))
+        for key in ("started", "ended") + RESOURCES:
+            hist[key].append(_floats([h.get(key) for h in entries]))
 
     def data(self, path: str, runs: list[dict[str, Any]], facts: dict[str, Any]) -> Data:
         t = {k: np.concatenate(v) if v else np.empty(0) for k, v in self.tasks.items()}
@@ -278,34 +294,26 @@ class _Columns:
 
     def _attempts(self, status: np.ndarray, t: dict[str, np.ndarray]) -> Attempts:
         last = {k: np.concatenate(v) if v else np.empty(0) for k, v in self.last.items()}
+        hist = {k: np.concatenate(v) if v else np.empty(0) for k, v in self.hist.items()}
         ran = last["task"].astype(np.int64)
-        hist = [h for _, h in self.hist]
-        lanes = self.lanes
-        hist_lanes = [lanes.setdefault(_lane(h.get("worker"), h.get("host"), h.get("pid")),
-                                       len(lanes)) for h in hist]
-        codes = np.concatenate([status[ran], np.array(
-            [CODE.get(h.get("status"), INTERRUPTED) for h in hist], dtype=np.int8)])
-        end = np.concatenate([t["ended"][ran], _floats([h.get("ended") for h in hist])])
+        lanes = self.lanes  # the last attempts' lanes first, then those only earlier ones had
+        to_lane = np.array([lanes.setdefault(k, len(lanes)) for k in self.hist_lanes],
+                           dtype=np.int64)
+        codes = np.concatenate([status[ran], hist["status"].astype(np.int8)])
+        end = np.concatenate([t["ended"][ran], hist["ended"]])
         end = np.where(np.isnan(end) & (codes == RUNNING), self.now, end)
-        a, b, c = RESOURCES
-        used = _columns_of([(h.get(a), h.get(b), h.get(c)) for h in hist], 3)
         return Attempts(
-            task=np.concatenate([ran, np.array([i for i, _ in self.hist], dtype=np.int64)]),
-            number=np.concatenate([t["tries"][ran].astype(np.int64), np.array(
-                [h.get("attempt") or 0 for h in hist], dtype=np.int64)]),
+            task=np.concatenate([ran, hist["task"].astype(np.int64)]),
+            number=np.concatenate([t["tries"][ran].astype(np.int64),
+                                   hist["number"].astype(np.int64)]),
             status=codes,
             lane=np.concatenate([last["lane"].astype(np.int64),
-                                 np.array(hist_lanes, dtype=np.int64)]),
+                                 to_lane[hist["lane"].astype(np.int64)]]),
             lanes=[k if type(k) is str else f"{k[0]} pid {k[1]}" for k in lanes],
-            started=np.concatenate([t["started"][ran], _floats([h.get("started")
-                                                                 for h in hist])]),
+            started=np.concatenate([t["started"][ran], hist["started"]]),
             ended=end,
-            resources={k: np.concatenate([last[k].astype(float), _floats(list(used[j]))])
-                       for j, k in enumerate(RESOURCES)})
-
-
-def _columns_of(rows: list[tuple[Any, ...]], width: int) -> list[tuple[Any, ...]]:
-    return list(zip(*rows)) if rows else [()] * width
+            resources={k: np.concatenate([last[k].astype(float), hist[k].astype(float)])
+                       for k in RESOURCES})
 
 
 def _item_axis(items: _Numeric) -> dict[str, np.ndarray]:
