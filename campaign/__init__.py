@@ -5,6 +5,14 @@ Importing this package does not import JAX.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError as _NotInstalled
+from importlib.metadata import version as _version
+
+try:
+    __version__ = _version("diffsoup-campaign")
+except _NotInstalled:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
+
 from ._campaign import Campaign as Campaign
 from ._campaign import Failure as Failure
 from ._campaign import Progress as Progress
@@ -25,7 +33,7 @@ from ._status import Status as Status
 from ._document import read as read_ledger
 
 __all__ = [
-    "Campaign", "CampaignError", "DriverBusyError", "FORMAT_NAME", "FORMAT_VERSION", "Failure",
+    "__version__", "Campaign", "CampaignError", "DriverBusyError", "FORMAT_NAME", "FORMAT_VERSION", "Failure",
     "Interrupted", "ItemError", "Ledger", "LedgerError", "LedgerWriteError", "Progress",
     "Report", "ResultError", "Status", "checkpointed_map", "read_ledger", "write_report",
 ]

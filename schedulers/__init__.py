@@ -5,6 +5,14 @@ Importing this package does not import JAX.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError as _NotInstalled
+from importlib.metadata import version as _version
+
+try:
+    __version__ = _version("diffsoup-campaign")
+except _NotInstalled:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
+
 import importlib
 import inspect
 from typing import TYPE_CHECKING, Any

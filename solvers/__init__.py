@@ -9,6 +9,14 @@ Fits want float64: ``jax.config.update("jax_enable_x64", True)``. `campaign` and
 never import this.
 """
 
+from importlib.metadata import PackageNotFoundError as _NotInstalled
+from importlib.metadata import version as _version
+
+try:
+    __version__ = _version("diffsoup-campaign")
+except _NotInstalled:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
+
 from . import dae as dae, distributed as distributed, inference as inference, linear as linear
 from . import lsq as lsq
 from ._mesh import Layout as Layout, global_mesh as global_mesh, mesh_groups as mesh_groups
