@@ -32,6 +32,10 @@ RESOURCES = ("cpu_s", "peak_rss_bytes", "gpu_peak_bytes")
 MAX_COLUMNS = 12
 #: Results looked at to find the result keys (spread over the accepted tasks).
 _KEY_SAMPLE = 2000
+#: Bytes of the ledger read (and parsed) at a time: a small block's records are still in the
+#: CPU's caches while they are checked and their columns taken (with the scan's 8 MB blocks
+#: the whole read took about 40% more CPU time on a million records).
+BLOCK = 256 << 10
 #: Results (and items) looked at in each chunk of the ledger after the first _KEY_SAMPLE.
 _CHUNK_SAMPLE = 64
 
@@ -88,7 +92,7 @@ def load(path: Path, now: float) -> Data:
 
     gc.disable()  # a chunk parses into many objects, none of them cyclic
     try:
-        head, chunks, over = scan_records(path)
+        head, chunks, over = scan_records(path, block=BLOCK)
         tally = Tally(head["runs"], now)
         columns = _Columns(now, over.held)
         for chunk in chunks:
