@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,6 @@ _KEY_SAMPLE = 2000
 #: CPU's caches while they are checked and their columns taken (with the scan's 8 MB blocks
 #: the whole read took about 40% more CPU time on a million records).
 BLOCK = 256 << 10
-#: Results (and items) looked at in each chunk of the ledger after the first _KEY_SAMPLE.
-_CHUNK_SAMPLE = 64
 
 
 @dataclass
@@ -163,38 +162,60 @@ def _spread(n: int, most: int = _KEY_SAMPLE) -> list[int]:
 
 class _Numeric:
     """Numeric fields of dicts (the accepted tasks' results, or their items' top-level fields),
-    gathered chunk by chunk: the keys with a number in a sample of the rows (spread over each
-    chunk, `_spread`: _KEY_SAMPLE rows in all at first, then _CHUNK_SAMPLE of each later chunk)
-    in the order first seen, each as float column chunks."""
+    gathered chunk by chunk as float columns, with a sample of the rows that stays evenly spread
+    as they stream by: every ``stride``-th row, the stride doubled whenever more than twice
+    _KEY_SAMPLE rows are kept. `sample` then takes _KEY_SAMPLE of them, spread evenly, as
+    `_spread` takes them of all the rows at once."""
 
     def __init__(self, exclude: tuple[str, ...] = ()):
         self.exclude = exclude
-        self.rows = self.looked = 0
-        self.parts: dict[str, list[np.ndarray]] = {}
-        self.seen: dict[str, set[float]] = {}  # the sampled numbers of each key
-        self.sampled: Counter[str] = Counter()
+        self.rows = 0
+        self.stride = 1
+        self.kept: list[tuple[int, dict[str, float]]] = []  # (row, its numeric fields)
+        self.parts: dict[str, list[np.ndarray]] = {}  # the keys with a number, in order seen
+        self.keys: set[str] = set()  # every key of the rows so far
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        exclude, parts, seen, sampled = self.exclude, self.parts, self.seen, self.sampled
-        sample = _spread(len(rows), max(_CHUNK_SAMPLE, _KEY_SAMPLE - self.looked))
-        self.looked += len(sample)
-        for j in sample:
-            for key, value in rows[j].items():
-                if key not in exclude and (type(value) is float or type(value) is int):
-                    if key not in parts:  # found late: nan in the rows before
-                        parts[key] = [np.full(self.rows, np.nan)] if self.rows else []
-                    seen.setdefault(key, set()).add(value)
-                    sampled[key] += 1
+        exclude, parts, first = self.exclude, self.parts, self.rows
+        new = set().union(*rows) - self.keys  # a new key with a number in any row is taken
+        for key in [k for k in dict.fromkeys(chain.from_iterable(rows)) if k in new] if new else ():
+            self.keys.add(key)
+            if key not in exclude and any(type(v) is float or type(v) is int
+                                          for v in (row.get(key) for row in rows)):
+                parts[key] = [np.full(first, np.nan)] if first else []
+        for j in range(-first % self.stride, len(rows), self.stride):
+            numbers = {key: value for key, value in rows[j].items() if key not in exclude
+                       and (type(value) is float or type(value) is int)}
+            self.kept.append((first + j, numbers))
+            for key in numbers:
+                if key not in parts:  # none before was a number: nan in the rows before
+                    parts[key] = [np.full(first, np.nan)] if first else []
+        while len(self.kept) > 2 * _KEY_SAMPLE:
+            self.stride *= 2
+            self.kept = [(i, n) for i, n in self.kept if i % self.stride == 0]
         if parts:
             keys = list(parts)
             for key, column in zip(keys, _values(rows, keys)):
                 parts[key].append(_floats(column))
         self.rows += len(rows)
 
+    def sample(self) -> tuple[dict[str, set[float]], Counter[str]]:
+        """The numbers of each key in the sample, and how many sampled rows have the key."""
+        seen: dict[str, set[float]] = {}
+        sampled: Counter[str] = Counter()
+        for j in _spread(len(self.kept)):
+            for key, value in self.kept[j][1].items():
+                seen.setdefault(key, set()).add(value)
+                sampled[key] += 1
+        return seen, sampled
+
     def columns(self) -> dict[str, np.ndarray]:
-        return {k: np.concatenate(v) if v else np.empty(0) for k, v in self.parts.items()}
+        """The columns of the keys with a number in the sample."""
+        seen, _ = self.sample()
+        return {k: np.concatenate(v) if v else np.empty(0) for k, v in self.parts.items()
+                if k in seen}
 
 
 class _Columns:
@@ -324,7 +345,7 @@ def _item_axis(items: _Numeric) -> dict[str, np.ndarray]:
     """The numeric top-level item field with the most distinct values in a sample of the items
     (a field of distinct integers, likely an index or a seed, only when no other varies), as
     ``{name: column}``; empty when no numeric field varies."""
-    seen, sampled = items.seen, items.sampled
+    seen, sampled = items.sample()
     varied = [k for k, values in seen.items() if len(values) > 1]
     if not varied:
         return {}
