@@ -57,14 +57,17 @@ def start_driver(ledger: Path, folder: Path, tasks: int, seconds: float, log: Pa
 
 def started(folder: Path, at_least: int, *, now: bool = False) -> dict[int, int] | None:
     """worker pid -> the pid of its task's subprocess, once ``at_least`` workers started a task
-    (with ``now``: are running one)."""
+    (with ``now``: are running one and have written its first heartbeat, so that the attempt
+    counts in ``attempts``)."""
     found = {}
     for mark in folder.glob("*.start"):
         text = mark.read_text()
         if not text:  # being written
             return None
         pid = int(mark.name.split(".")[1])
-        if not now or (running(pid) and not mark.with_suffix(".end").exists()):
+        beat = mark.with_suffix(".beat")
+        if not now or (running(pid) and not mark.with_suffix(".end").exists()
+                       and beat.exists() and beat.stat().st_size > 0):
             found[pid] = int(text)
     return found if len(found) >= at_least else None
 
