@@ -29,11 +29,12 @@ from ._report import Report as Report
 from ._report import write_report as write_report
 from ._status import FORMAT_NAME as FORMAT_NAME
 from ._status import FORMAT_VERSION as FORMAT_VERSION
+from ._status import RunStatus as RunStatus
 from ._status import Status as Status
 from ._document import read as read_ledger
 
 __all__ = [
     "__version__", "Campaign", "CampaignError", "DriverBusyError", "FORMAT_NAME", "FORMAT_VERSION", "Failure",
     "Interrupted", "ItemError", "Ledger", "LedgerError", "LedgerWriteError", "Progress",
-    "Report", "ResultError", "Status", "checkpointed_map", "read_ledger", "write_report",
+    "Report", "ResultError", "RunStatus", "Status", "checkpointed_map", "read_ledger", "write_report",
 ]

@@ -13,7 +13,7 @@ from typing import Any
 
 from schedulers._usage import FIELDS as USAGE_FIELDS
 
-from ._status import ACCEPTED, HISTORY_LIMIT, INTERRUPTED, PENDING, RUNNING, Status
+from ._status import ACCEPTED, HISTORY_LIMIT, INTERRUPTED, PENDING, RUNNING, RunStatus, Status
 
 
 def new_record(item: Any, fingerprint: str) -> dict[str, Any]:
@@ -170,7 +170,7 @@ RECORD_FIELDS: dict[str, tuple[frozenset[type], str]] = {
     "history": (_LIST, "a list of objects"),
 }
 #: The statuses of a run in the ledger's ``runs`` list.
-RUN_STATUSES = ("running", "finished", "interrupted", "crashed", "submitted")
+RUN_STATUSES = tuple(s.value for s in RunStatus)
 #: The fields of a run: required ones, then those only some runs have.
 RUN_FIELDS: dict[str, tuple[frozenset[type], str]] = {
     "id": (_TEXT, "a string"),

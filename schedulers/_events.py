@@ -57,6 +57,18 @@ class ErrorInfo:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         return cls(type(exc).__qualname__, str(exc), tb)
 
+    @classmethod
+    def capture(cls, exc: BaseException, *, skip: int = 1) -> ErrorInfo:
+        """``exc``, raised by a task's ``fn``, without the first ``skip`` frames of its traceback:
+        those of the runner that called ``fn`` (1: the frame that caught it), so that the
+        recorded traceback starts in the task's own code."""
+        tb = exc.__traceback__
+        for _ in range(skip):
+            if tb is None or tb.tb_next is None:
+                break
+            tb = tb.tb_next
+        return cls.from_exception(exc.with_traceback(tb))
+
     def as_dict(self) -> dict[str, str]:
         return {"type": self.type, "message": self.message, "traceback": self.traceback}
 
