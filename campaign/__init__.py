@@ -16,6 +16,7 @@ except _NotInstalled:  # run from a source tree that was never installed
 from ._campaign import Campaign as Campaign
 from ._campaign import Failure as Failure
 from ._campaign import Progress as Progress
+from ._document import read as read_ledger
 from ._engine import checkpointed_map as checkpointed_map
 from ._errors import CampaignError as CampaignError
 from ._errors import DriverBusyError as DriverBusyError
@@ -31,10 +32,26 @@ from ._status import FORMAT_NAME as FORMAT_NAME
 from ._status import FORMAT_VERSION as FORMAT_VERSION
 from ._status import RunStatus as RunStatus
 from ._status import Status as Status
-from ._document import read as read_ledger
 
 __all__ = [
-    "__version__", "Campaign", "CampaignError", "DriverBusyError", "FORMAT_NAME", "FORMAT_VERSION", "Failure",
-    "Interrupted", "ItemError", "Ledger", "LedgerError", "LedgerWriteError", "Progress",
-    "Report", "ResultError", "RunStatus", "Status", "checkpointed_map", "read_ledger", "write_report",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "Campaign",
+    "CampaignError",
+    "DriverBusyError",
+    "Failure",
+    "Interrupted",
+    "ItemError",
+    "Ledger",
+    "LedgerError",
+    "LedgerWriteError",
+    "Progress",
+    "Report",
+    "ResultError",
+    "RunStatus",
+    "Status",
+    "__version__",
+    "checkpointed_map",
+    "read_ledger",
+    "write_report",
 ]

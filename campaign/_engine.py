@@ -8,12 +8,20 @@ import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
-from schedulers import (ErrorInfo, Outcome, OutcomeKind, Placement, Started, Task,
-                        make_scheduler)
-from schedulers import Scheduler
+from schedulers import (
+    ErrorInfo,
+    Outcome,
+    OutcomeKind,
+    Placement,
+    Scheduler,
+    Started,
+    Task,
+    make_scheduler,
+)
 
 from . import _records
 from ._campaign import Campaign, Progress

@@ -28,8 +28,15 @@ from filelock import FileLock, Timeout
 
 from . import _document, _journal
 from ._array import absorb_fragments, fragment_files, live_leases, work_root
-from ._atomic import (HOST, WriteFailures, atomic_write, pid_alive, remove_stale_tmp,
-                      write_error_text, write_retry_default)
+from ._atomic import (
+    HOST,
+    WriteFailures,
+    atomic_write,
+    pid_alive,
+    remove_stale_tmp,
+    write_error_text,
+    write_retry_default,
+)
 from ._errors import DriverBusyError, LedgerError, LedgerWriteError
 from ._records import merge
 from ._status import ACCEPTED, INTERRUPTED, RUNNING, RUNS_LIMIT

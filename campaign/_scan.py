@@ -25,9 +25,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 
@@ -55,7 +56,7 @@ class Scan:
         self.path = Path(path)
         self.block = block
         try:
-            self._file = open(self.path, "rb")  # noqa: SIM115 (closed by chunks or close)
+            self._file = open(self.path, "rb")
         except FileNotFoundError:
             raise LedgerError(f"no ledger at {self.path}: check the path") from None
         except OSError as exc:
@@ -70,7 +71,7 @@ class Scan:
                 if self._whole is not None or self._read_journal():
                     break
                 self._file.close()
-                self._file = open(self.path, "rb")  # noqa: SIM115
+                self._file = open(self.path, "rb")
         except FileNotFoundError:
             raise LedgerError(f"no ledger at {self.path}: check the path") from None
         except BaseException:

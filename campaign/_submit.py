@@ -10,9 +10,10 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from . import _document
 from ._array import live_leases, overlay

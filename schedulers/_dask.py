@@ -20,13 +20,14 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ._base import Scheduler
 from ._dask_batch import BatchFn, run_batch
 from ._devices import normalize_groups
-from ._events import Event, ErrorInfo, Outcome, OutcomeKind, Placement, Report, Started, Task
+from ._events import ErrorInfo, Event, Outcome, OutcomeKind, Placement, Report, Started, Task
 from ._host import HOST
 
 logger = logging.getLogger(__name__)
@@ -132,7 +133,8 @@ class DaskScheduler(Scheduler):
         self._monitor.start()
 
     def _embedded_cluster(self) -> Any:
-        from distributed import LocalCluster, Nanny, Scheduler as DaskScheduler_, SpecCluster
+        from distributed import LocalCluster, Nanny, SpecCluster
+        from distributed import Scheduler as DaskScheduler_
         from distributed.security import Security
 
         refuse_unguarded_main()

@@ -11,8 +11,9 @@ import logging
 import os
 import pickle
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ._events import ErrorInfo
 from ._host import HOST

@@ -5,8 +5,9 @@ from __future__ import annotations
 import enum
 import os
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 from ._host import HOST
 
@@ -103,4 +104,4 @@ class Outcome:
 
 Event = Union[Started, Outcome]
 #: Called with one event, or with a list of events that arrived together (in order).
-Report = Callable[[Union[Event, list[Event]]], None]
+Report = Callable[[Event | list[Event]], None]

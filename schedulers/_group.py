@@ -15,9 +15,9 @@ import pickle
 import socket
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ._child import ChildProcess
 from ._devices import Group, device_environment, group_devices, group_processes

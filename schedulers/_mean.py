@@ -8,7 +8,7 @@ class RunningMean:
     then an exponential one with weight ``1 / window``, so that it follows a campaign whose
     tasks change speed."""
 
-    __slots__ = ("value", "seen", "window")
+    __slots__ = ("seen", "value", "window")
 
     def __init__(self, window: int) -> None:
         if window < 1:

@@ -38,8 +38,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from multiprocessing import Pipe
-from typing import Any, Callable
+from typing import Any
 
 from ._base import Scheduler
 from ._child import ChildProcess, Spawner, end_orphans

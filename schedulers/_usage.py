@@ -120,7 +120,7 @@ class Meter:
     whether ``fn`` returned or raised. One meter may be used again for the next task.
     """
 
-    __slots__ = ("usage", "_cpu", "_rss")
+    __slots__ = ("_cpu", "_rss", "usage")
 
     def __init__(self) -> None:
         self.usage: dict[str, Any] = {}

@@ -17,14 +17,27 @@ try:
 except _NotInstalled:  # run from a source tree that was never installed
     __version__ = "0+unknown"
 
-from . import dae as dae, distributed as distributed, inference as inference, linear as linear
+from . import dae as dae
+from . import distributed as distributed
+from . import inference as inference
+from . import linear as linear
 from . import lsq as lsq
-from ._mesh import Layout as Layout, global_mesh as global_mesh, mesh_groups as mesh_groups
-from .inference import lower as lower
+from ._mesh import Layout as Layout
+from ._mesh import global_mesh as global_mesh
+from ._mesh import mesh_groups as mesh_groups
+from .dae import (
+    JIDA as JIDA,
+)
 from .dae import (
     DAEProblem as DAEProblem,
-    JIDA as JIDA,
+)
+from .dae import (
     SaveAt as SaveAt,
+)
+from .dae import (
     Solution as Solution,
+)
+from .dae import (
     pdesolve as pdesolve,
 )
+from .inference import lower as lower

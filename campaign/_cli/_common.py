@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import click
 

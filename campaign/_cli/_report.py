@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ._common import BadInput, EXIT_OK, duration, ledger_argument, verbose_option
+from ._common import EXIT_OK, BadInput, duration, ledger_argument, verbose_option
 
 
 @click.command("report", short_help="One offline HTML page of plots about a campaign.")

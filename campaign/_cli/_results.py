@@ -13,8 +13,9 @@ import gc
 import io
 import os
 import shlex
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import click
 import orjson
@@ -92,7 +93,7 @@ def _write_file(output: Path, lines: Iterator[bytes]) -> None:
     target = Path(os.path.realpath(output))
     try:
         tmp = tmp_name(target)
-        f = open(tmp, "xb")  # noqa: SIM115
+        f = open(tmp, "xb")
     except OSError as exc:
         raise BadInput(f"cannot write {output}: {exc.strerror or exc}") from None
     try:

@@ -9,8 +9,16 @@ from typing import Any
 
 import click
 
-from ._common import (EXIT_FAILED, EXIT_OK, EXIT_SIGINT, BadInput, duration, read_ledger,
-                      verbose_option, with_errors)
+from ._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_SIGINT,
+    BadInput,
+    duration,
+    read_ledger,
+    verbose_option,
+    with_errors,
+)
 from ._inputs import read_items
 from ._progress import MODES, make_progress
 from ._spec import RunConfig, resolve

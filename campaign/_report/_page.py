@@ -9,8 +9,9 @@ nothing loaded from the network.
 from __future__ import annotations
 
 import html
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Collection, Sequence
+from typing import Any
 
 import numpy as np
 

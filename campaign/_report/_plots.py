@@ -15,6 +15,7 @@ from bokeh.models import ColumnDataSource, HoverTool, Span
 from bokeh.plotting import figure
 
 from ._data import ACCEPTED, FAILED, INTERRUPTED, MAX_POINTS, RUNNING, STATUSES, Attempts, Data
+
 #: The most lanes (workers) the timeline shows: the busiest ones.
 MAX_LANES = 48
 #: Colours of the outcomes (pending, running, accepted, failed, interrupted).

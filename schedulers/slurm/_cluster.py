@@ -15,8 +15,9 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .._dask import DaskScheduler
 from .._events import Report

@@ -11,7 +11,7 @@ import logging
 import os
 import shutil
 import subprocess
-from typing import Iterable
+from collections.abc import Iterable
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from typing import Sequence
+from collections.abc import Sequence
 
 #: ``0-3``, ``0-15:4``, ``1,3,5``, ``0-99%10``: comma-separated indices or ranges (with an
 #: optional step), then optionally ``%N``, at most N elements running at once.

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Iterator, Mapping, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TypeVar
 
 from ._commands import ENDED_STATES, job_states
 

@@ -4,12 +4,24 @@
 from ._jida import JIDA as JIDA
 from ._particles import (
     PARTICLES as PARTICLES,
+)
+from ._particles import (
     SOLUTIONS as SOLUTIONS,
+)
+from ._particles import (
     TIMES as TIMES,
+)
+from ._particles import (
     ParticleModel as ParticleModel,
+)
+from ._particles import (
     ParticleSpec as ParticleSpec,
+)
+from ._particles import (
     particle_experiments as particle_experiments,
 )
 from ._pdesolve import pdesolve as pdesolve
 from ._problem import DAEProblem as DAEProblem
-from ._solution import SaveAt as SaveAt, Solution as Solution, Status as Status
+from ._solution import SaveAt as SaveAt
+from ._solution import Solution as Solution
+from ._solution import Status as Status

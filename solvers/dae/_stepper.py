@@ -18,11 +18,16 @@ import jax
 import jax.numpy as jnp
 
 from ..linear import FACTOR, KEEP, REFACTOR
-from ._context import Context
 from ._bdf import (
-    Predicted, complete_step, enforce_constraints, handle_failure, interpolate, predict,
+    Predicted,
+    complete_step,
+    enforce_constraints,
+    handle_failure,
+    interpolate,
+    predict,
     test_error,
 )
+from ._context import Context
 from ._initialize import initialize
 from ._newton import correct, wrms
 from ._solution import STAT_NAMES, Status

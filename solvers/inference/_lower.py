@@ -16,7 +16,12 @@ from .._mesh import Layout
 from . import _balance
 from ._problem import InferenceProblem
 from ._structure import (
-    BucketPlan, FlatParameters, HostBucket, build_buckets, flat_parameters, parameter_index,
+    BucketPlan,
+    FlatParameters,
+    HostBucket,
+    build_buckets,
+    flat_parameters,
+    parameter_index,
 )
 
 __all__ = ["LoweredProblem", "Plan", "lower"]

@@ -4,10 +4,15 @@
 name, reserved). `linear_solver` turns ``"auto" | "dense" | "klu" | "cudss"`` into a backend.
 """
 
-from ._base import FACTOR as FACTOR, KEEP as KEEP, REFACTOR as REFACTOR
+from ._base import FACTOR as FACTOR
+from ._base import KEEP as KEEP
+from ._base import REFACTOR as REFACTOR
 from ._base import LinearSolver as LinearSolver
-from ._cudss import CuDSS as CuDSS, cudss_available as cudss_available
+from ._cudss import CuDSS as CuDSS
+from ._cudss import cudss_available as cudss_available
 from ._dense import Dense as Dense
-from ._klu import KLU as KLU, klu_available as klu_available
+from ._klu import KLU as KLU
+from ._klu import klu_available as klu_available
 from ._pattern import Pattern as Pattern
-from ._select import BACKENDS as BACKENDS, linear_solver as linear_solver
+from ._select import BACKENDS as BACKENDS
+from ._select import linear_solver as linear_solver

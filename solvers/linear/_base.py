@@ -13,7 +13,7 @@ from jax.custom_batching import custom_vmap, sequential_vmap
 
 from ._pattern import Pattern
 
-__all__ = ["KEEP", "FACTOR", "LinearSolver", "REFACTOR", "Symbolic", "require_x64"]
+__all__ = ["FACTOR", "KEEP", "REFACTOR", "LinearSolver", "Symbolic", "require_x64"]
 
 #: ``mode`` values of `LinearSolver.update`.
 KEEP, REFACTOR, FACTOR = 0, 1, 2
@@ -72,7 +72,7 @@ class LinearSolver(abc.ABC):
     def solve(self, symbolic: Symbolic, numeric: Numeric, b: jax.Array) -> jax.Array:
         """``A^-1 b`` for one right-hand side ``b`` of shape ``(n,)``."""
 
-    def free(self, symbolic: Symbolic, numeric: Numeric) -> None:  # noqa: B027 (optional hook)
+    def free(self, symbolic: Symbolic, numeric: Numeric) -> None:
         """Free ``numeric`` now (backends with external memory override this)."""
         return None
 

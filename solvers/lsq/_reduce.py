@@ -3,7 +3,8 @@ block in memory at a time) or on the workers of a dask client (a tree of pairwis
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ._block import Block, BlockRef, read_block
 from ._system import BlockSystem
