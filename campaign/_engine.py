@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +24,11 @@ from schedulers import (
 
 from . import _records
 from ._campaign import Campaign, Progress
-from ._errors import Interrupted
 from ._items import PreparedItem, prepare_items
 from ._ledger import Ledger
 from ._plan import nothing_to_run, plan
 from ._policy import Limits, settle, stopped
+from ._signals import sigint_ignored, signals_raise
 from ._status import ACCEPTED, RUNNING
 
 logger = logging.getLogger(__name__)
@@ -145,7 +144,7 @@ class _Run:
         ledger = self.ledger
         ledger.open(resume=resume, execution=self.scheduler.name)
         try:
-            with _sigterm_raises():
+            with signals_raise(signal.SIGTERM):
                 self._plan()
                 self._dispatch()
         except BaseException as exc:
@@ -206,7 +205,7 @@ class _Run:
             self.inflight.clear()
             self.running.clear()
         try:
-            with _sigint_ignored():  # a second Ctrl-C must not cut this last write short
+            with sigint_ignored():  # a second Ctrl-C must not cut this last write short
                 self.ledger.close("interrupted" if isinstance(exc, KeyboardInterrupt)
                                   else "crashed")
         except Exception as close_error:  # keep the original exception
@@ -281,32 +280,3 @@ def _where(placement: Placement) -> dict[str, Any]:
     group = placement.device_group
     return {"host": placement.host, "pid": placement.pid, "worker": placement.worker,
             "device_group": None if group is None else list(group)}
-
-
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """While active (main thread only), SIGTERM raises `Interrupted` like Ctrl-C does."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Interrupted(signum, "stopped by SIGTERM")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

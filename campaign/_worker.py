@@ -9,13 +9,12 @@ the worker after recording its running task as interrupted and releasing it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from ._atomic import HOST, atomic_write
 from ._errors import Interrupted, LedgerError
 from ._jsonvalue import decode
 from ._policy import Limits, settle, stopped
+from ._signals import Stop, signals_raise
 from ._status import ACCEPTED
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def run_worker(fn: Callable[[Any], Any], ledger: Path, submission: str, *,
     beat = _Heartbeat(work, lease_seconds / 4)
     last_merge = time.monotonic()
     logger.info("worker %s: %d tasks in submission %s", owner["worker"], len(task_ids), submission)
-    with beat, _signals_raise() as stop:
+    with beat, signals_raise(signal.SIGUSR1, signal.SIGTERM, swallow=True) as stop:
         left = [tid for tid in task_ids if tid in tasks and tasks[tid]["status"] != ACCEPTED]
         while left and stop.signum is None:
             waiting = []
@@ -119,7 +119,7 @@ def run_worker(fn: Callable[[Any], Any], ledger: Path, submission: str, *,
     return _finish(summary, stop, ledger)
 
 
-def _finish(summary: WorkerSummary, stop: _Stop, ledger: Path) -> WorkerSummary:
+def _finish(summary: WorkerSummary, stop: Stop, ledger: Path) -> WorkerSummary:
     summary.stopped_by = stop.signum
     _merge(ledger)
     logger.info("worker stops: ran %d (%d accepted, %d failed, %d interrupted)", summary.ran,
@@ -192,9 +192,8 @@ def _run_one(fn, rec, tid, work, owner, lease, summary, limits: Limits):
             work.release(lease, done=False)
             summary.interrupted += 1
             raise
-        except Exception as exc:  # fn raised: drop this frame from the traceback
-            info = ErrorInfo.from_exception(exc.with_traceback(
-                exc.__traceback__.tb_next if exc.__traceback__ else None))
+        except Exception as exc:  # noqa: BLE001 -- whatever fn raised is the task's outcome
+            info = ErrorInfo.capture(exc)
             decision = settle(begun, OutcomeKind.ERROR, limits=limits, tries=tries, lost=0,
                               at=time.time(), error=info, usage=meter.usage)
         else:
@@ -239,30 +238,3 @@ class _Heartbeat:
                         logger.error("lost the lease of task %r", lease["task_id"])
                 except OSError as exc:
                     logger.warning("lease heartbeat failed: %s", exc)
-
-
-class _Stop:
-    signum: int | None = None
-
-
-@contextlib.contextmanager
-def _signals_raise() -> Iterator[_Stop]:
-    """SIGUSR1 and SIGTERM raise `Interrupted` (main thread): the running task is recorded
-    interrupted and released, and the worker stops claiming."""
-    stop = _Stop()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-
-    def handler(signum, frame):
-        stop.signum = signum
-        raise Interrupted(signum, f"stopped by {signal.Signals(signum).name}")
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGUSR1, signal.SIGTERM)}
-    try:
-        yield stop
-    except Interrupted:
-        pass
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
