@@ -1,0 +1,314 @@
+"""The group commit of a ledger: one writer thread, journal appends, compactions, write retries.
+
+One writer thread writes the ledger; changes only mark records dirty. A commit carries every
+change since the previous one. A driver's commit appends the changed records to the ledger's
+journal (`campaign._journal`), so its cost does not grow with the ledger; the whole file is
+rewritten (compacted) when the journal reaches `COMPACT_FRACTION` of its size, at most about
+``write_share`` of the wall time, and when the run opens and closes. Every commit is made under
+``<ledger>.lock``: changes other processes made (another worker, ``campaign forget``) are
+merged, never overwritten.
+
+A failed write (disk full, read-only, I/O error) is retried with back-off for up to
+``write_retry`` seconds; meanwhile `writable` is False, so the engine starts no new task. If the
+writes keep failing the ledger gives up: `writable`, `flush` and `close` raise
+`LedgerWriteError`, and the file keeps what was recorded before the first failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+from . import _document, _journal
+from ._atomic import WriteFailures, atomic_write, write_error_text, write_retry_default
+from ._errors import LedgerError, LedgerWriteError
+from ._records import merge
+from ._runs import find_run
+
+logger = logging.getLogger(__name__)
+
+#: At most this long (seconds) is a failing write retried when a run closes after Ctrl-C,
+#: SIGTERM or an error, so that stopping never hangs for the whole write-retry window.
+CLOSE_RETRY = 10.0
+#: The longest pause (seconds) after a journal append before the next commit, however long the
+#: append took, unless ``min_interval`` is longer: outcomes reach the disk within about this.
+APPEND_PAUSE_MAX = 0.5
+
+
+class GroupCommit:
+    """A ledger document held in memory and written to ``path`` by group commit (see the
+    module's docstring); `campaign.Ledger` adds the driver's run and the way records change.
+
+    Args: as `campaign.Ledger`'s.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, min_interval: float = 0.1,
+                 write_share: float = 0.1, write_retry: float | None = None,
+                 compact_fraction: float = _journal.COMPACT_FRACTION):
+        self.path = _document.real_path(path)
+        self.write_retry = write_retry_default() if write_retry is None else float(write_retry)
+        if not self.write_retry >= 0:
+            raise ValueError(f"write_retry must be >= 0 seconds, got {write_retry!r}")
+        self.min_interval = min_interval
+        self.write_share = write_share
+        self.compact_fraction = compact_fraction
+        self.doc: dict[str, Any] = _document.new_document()
+        self.run_id = uuid.uuid4().hex[:12]
+        self.driver = True
+        self.bytes_written = 0
+        self.commits = 0  # writes: whole-file writes (compactions) and journal appends
+        self.compactions = 0
+        self.merges = 0
+        self._state = threading.Lock()
+        self._commit_mutex = threading.Lock()
+        self._wake = threading.Condition(self._state)
+        self._written = threading.Condition(self._state)  # a failing episode ended
+        self._dirty: set[str] = set()
+        self._meta_dirty = False
+        self._closing = False
+        self._writer_idle = False
+        self._next_commit = 0.0
+        self._disk_state: _document.DiskState | None = None
+        self._generation: str | None = None  # of the file as this process last wrote or read it
+        self._need_whole = True  # the next commit rewrites the whole file
+        self._file_bytes = 0
+        self._journal_bytes = 0
+        self._compact_after = 0.0  # monotonic: no compaction before, unless one is needed
+        self._serializer = _document.Serializer()
+        self._file_lock = _document.file_lock(self.path)
+        self._writer: threading.Thread | None = None
+        self._failures = WriteFailures(self.path, self.write_retry)
+        self._gave_up: LedgerWriteError | None = None
+
+    @property
+    def run(self) -> dict[str, Any] | None:
+        """This run's entry in the ledger's ``runs`` list (None unless opened as the driver)."""
+        return find_run(self.doc, self.run_id)
+
+    def flush(self) -> None:
+        """Commit every change now; on return all of them are durable on disk. A failing
+        write is retried for up to ``write_retry`` seconds, then `LedgerWriteError`."""
+        self._commit_retrying(None)
+
+    def writable(self) -> bool:
+        """True while ledger writes succeed; False while a failed write is being retried (start
+        no new task then). Raises `LedgerWriteError` once the ledger gave up."""
+        if self._gave_up is not None:
+            raise self._gave_up
+        return self._failures.since is None
+
+    def _start_writer(self) -> None:
+        self._writer = threading.Thread(target=self._write_loop, name="ledger-writer", daemon=True)
+        self._writer.start()
+
+    def _stop_writer(self, cap: float | None) -> None:
+        """Stop the writer thread and make the last commit, the whole file written (retried
+        until ``cap``, a monotonic time, or without end when None); raises `LedgerWriteError`
+        if the ledger gave up, after one more try."""
+        with self._state:
+            self._closing = True
+            self._need_whole = True  # at the end, the file alone holds everything
+            self._wake.notify()
+        if self._writer is not None:
+            self._writer.join()
+        if self._gave_up is not None:
+            if not self._attempt(quiet=True):
+                raise self._gave_up
+            return
+        self._commit_retrying(cap)
+
+    # ------------------------------------------------------------------ writing
+    def _write_loop(self) -> None:
+        while True:
+            with self._state:
+                while not (self._dirty or self._meta_dirty or self._closing):
+                    self._writer_idle = True
+                    self._wake.wait()
+                    self._writer_idle = False
+                if self._closing or self._gave_up is not None:
+                    return
+                delay = self._next_commit - time.monotonic()
+                if delay > 0:
+                    self._wake.wait(delay)
+                    continue
+            self._attempt()
+
+    def _commit_retrying(self, cap: float | None) -> None:
+        """Commit; retry a failure until it succeeds or the ledger gives up (at ``cap``, a
+        monotonic time, at the latest)."""
+        while True:
+            if self._gave_up is not None:
+                raise self._gave_up
+            if self._attempt():
+                return
+            with self._state:
+                if self._gave_up is None:
+                    now = time.monotonic()
+                    if cap is not None and self._next_commit > cap:
+                        self._give_up(now)
+                    else:
+                        self._written.wait(max(0.0, self._next_commit - now))
+
+    def _attempt(self, quiet: bool = False) -> bool:
+        """One commit. On failure: note it, and retry later or give up. True if it worked."""
+        try:
+            self._commit()
+        except Exception as exc:  # noqa: BLE001 -- any error of a write is its failure: an
+            # OSError is retried, any other ends the run (WriteFailures.failed decides)
+            if not quiet:
+                self._failed(exc)
+            return False
+        if self._failures.since is not None:
+            with self._state:
+                spent = self._failures.ended(time.monotonic())
+                self._written.notify_all()
+            logger.warning("ledger %s was written again after %.0f s of failed writes; new "
+                           "tasks start again", self.path, spent)
+        return True
+
+    def _failed(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        with self._state:
+            first = self._failures.since is None
+            retry = self._failures.failed(exc, now)
+            if retry is None:
+                self._give_up(now)
+                return
+            self._next_commit = retry
+        what, _ = write_error_text(exc)
+        if first:
+            logger.warning("writing ledger %s failed (%s); no new task starts until a write "
+                           "succeeds; retrying for up to %.0f s", self.path, what,
+                           self.write_retry)
+        else:
+            logger.debug("writing ledger %s failed again (%s)", self.path, what)
+
+    def _give_up(self, now: float) -> None:
+        """Stop retrying (the caller holds ``_state``): the error every later call raises."""
+        self._gave_up = self._failures.error(now)
+        run = self.run if self.driver else None
+        if run is not None:  # written if a last try succeeds
+            run["error"] = str(self._gave_up)
+            self._meta_dirty = True
+        self._written.notify_all()
+        self._wake.notify_all()
+
+    def _commit(self) -> None:
+        with self._commit_mutex:
+            begun = time.monotonic()
+            with self._file_lock:
+                with self._state:
+                    owed = self._need_whole and self._journal_bytes  # a compaction is owed
+                    if not (self._dirty or self._meta_dirty or owed):
+                        return
+                whole = self._write_or_append_locked()
+            now = time.monotonic()
+            spent = now - begun
+            rest = spent * (1 - self.write_share) / self.write_share
+            if whole and self.driver:  # appends go on meanwhile; the next compaction waits
+                self._compact_after = now + rest
+                pause = self.min_interval
+            elif whole:
+                pause = max(self.min_interval, rest)
+            else:
+                pause = max(self.min_interval, min(rest, APPEND_PAUSE_MAX))
+            self._next_commit = now + pause
+
+    def _write_or_append_locked(self) -> bool:
+        """Append the changes to the journal, or write the whole file when that is due (see
+        the module's docstring). The caller holds ``<ledger>.lock``. True if the whole file
+        was written."""
+        generation = self._generation
+        if self.driver and generation is not None \
+                and _document.file_state(self.path) == self._disk_state:
+            with self._state:
+                line, taken, meta = self._journal_line(generation)
+            if line is not None:
+                self._append(line, taken, meta)
+                return False
+        self._write_locked()
+        return True
+
+    def _journal_line(self, generation: str) -> tuple[bytes | None, set[str], bool]:
+        """The journal line of the changes to the file of ``generation`` (the caller holds
+        ``_state``), or None when the whole file is to be written (a compaction is due or
+        needed)."""
+        if self._need_whole:
+            return None, set(), False
+        tasks = self.doc["tasks"]
+        parts = self._serializer.parts(tasks, [tid for tid in self._dirty if tid in tasks])
+        size = sum(map(len, parts))
+        if (self._journal_bytes + size >= self.compact_fraction * self._file_bytes
+                and time.monotonic() >= self._compact_after):
+            return None, set(), False
+        now = self.doc["updated"] = time.time()
+        line = _journal.encode(generation, now, parts,
+                               self.doc["runs"] if self._meta_dirty else None)
+        taken, self._dirty = self._dirty, set()
+        meta, self._meta_dirty = self._meta_dirty, False
+        return line, taken, meta
+
+    def _append(self, line: bytes, taken: set[str], meta: bool) -> None:
+        try:
+            size = _journal.append(self.path, line)
+        except BaseException:
+            with self._state:
+                self._dirty |= taken
+                self._meta_dirty = self._meta_dirty or meta
+                self._need_whole = True  # never append after a line that may be cut short
+            raise
+        self._journal_bytes = size
+        assert self._disk_state is not None
+        self._disk_state = self._disk_state[:3] + (size,)
+        self.bytes_written += len(line)
+        self.commits += 1
+
+    def _write_locked(self) -> None:
+        """Merge foreign changes and write the whole file with a new generation, then remove
+        the journal; the caller holds ``<ledger>.lock``."""
+        with self._state:
+            if self._disk_state is not None and _document.file_state(self.path) != self._disk_state:
+                self._merge_from_disk()
+            self.doc["updated"] = time.time()
+            generation = self.doc["generation"] = _journal.new_generation()
+            data = self._serializer.dumps(self.doc)
+            taken, self._dirty = self._dirty, set()
+            meta, self._meta_dirty = self._meta_dirty, False
+            self._need_whole = False
+        try:
+            st = atomic_write(self.path, data)
+            _journal.remove(self.path)  # after the replacement: see docs/ledger.md
+        except BaseException:
+            with self._state:
+                self._dirty |= taken
+                self._meta_dirty = self._meta_dirty or meta
+                self._need_whole = True
+            raise
+        self._disk_state = (st.st_ino, st.st_size, st.st_mtime_ns, 0)
+        self._generation = generation
+        self._file_bytes, self._journal_bytes = len(data), 0
+        self.bytes_written += len(data)
+        self.commits += 1
+        self.compactions += 1
+
+    def _merge_from_disk(self) -> None:
+        """Another process replaced the file: adopt its records except those we changed."""
+        try:
+            disk = _document.read(self.path)
+        except LedgerError as exc:
+            raise LedgerError(f"{exc} (found while merging; this run's changes are kept in "
+                              "memory and the file was not overwritten)") from None
+        ours = self.doc["tasks"]
+        tasks = disk["tasks"]
+        for tid in self._dirty:
+            tasks[tid] = merge(tasks.get(tid), ours[tid])
+        mine = self.run
+        if mine is not None:
+            disk["runs"] = [r for r in disk["runs"] if r.get("id") != self.run_id] + [mine]
+        self.doc = disk
+        self.merges += 1
+        logger.debug("merged changes made by another process into %s", self.path)

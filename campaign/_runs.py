@@ -1,0 +1,111 @@
+"""The runs of a ledger: a driver's run opened and closed, and the take-over of a dead driver's.
+
+A driver registers its run in the ledger's ``runs`` list when it opens the ledger (`new_run`,
+`add_run`) and sets its status when it closes it. The next driver, holding ``<ledger>.driver``,
+knows that no earlier driver is alive: what it left ``running`` is taken over (`take_over`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from . import _document
+from ._array import live_leases, work_root
+from ._atomic import HOST, atomic_write, pid_alive
+from ._errors import DriverBusyError, LedgerError
+from ._status import INTERRUPTED, RUNNING, RUNS_LIMIT, RunStatus
+
+logger = logging.getLogger(__name__)
+
+
+def new_run(run_id: str, execution: str, now: float | None = None) -> dict[str, Any]:
+    """The entry of a run that begins now in this process (status ``running``)."""
+    return {
+        "id": run_id, "host": HOST, "pid": os.getpid(), "execution": execution,
+        "started": time.time() if now is None else now, "ended": None,
+        "status": RunStatus.RUNNING.value, "refused": [],
+    }
+
+
+def add_run(doc: dict[str, Any], run: dict[str, Any]) -> None:
+    """Append ``run`` to the document's runs, keeping the last `RUNS_LIMIT`."""
+    doc["runs"] = (doc["runs"] + [run])[-RUNS_LIMIT:]
+
+
+def find_run(doc: dict[str, Any], run_id: str) -> dict[str, Any] | None:
+    """The entry of the run ``run_id`` in the document's ``runs`` list, or None."""
+    return next((r for r in doc["runs"] if r["id"] == run_id), None)
+
+
+def refuse_if_leased(path: Path) -> None:
+    """Raise `DriverBusyError` while array workers hold unexpired task leases on the ledger."""
+    leases = live_leases(path)
+    if leases:
+        owner = leases[0]["owner"]
+        raise DriverBusyError(
+            f"ledger {path} is in use by {len(leases)} array worker(s) holding "
+            f"task leases (e.g. {owner.get('worker')} on {owner.get('host')}); wait for "
+            "them to finish or cancel their job, then run again")
+
+
+def busy_message(path: Path) -> str:
+    """What `DriverBusyError` says when another driver holds ``<ledger>.driver``: its host and
+    pid, as its ``running`` entry in the ledger names them."""
+    run = None
+    try:
+        runs = _document.read(path)["runs"]
+        run = next((r for r in reversed(runs) if r.get("status") == RunStatus.RUNNING), None)
+    except LedgerError:
+        pass
+    who = f"pid {run['pid']} on host {run['host']}" if run else "another process"
+    return (
+        f"ledger {path} is in use by a live campaign driver ({who}); wait for it to "
+        "finish, stop it, or pass another ledger_path"
+    )
+
+
+def set_aside(path: Path, doc: dict[str, Any], state: _document.DiskState) -> None:
+    """resume=False: keep the old ledger (with its journal merged) beside, with its array
+    work folder, under a name that says so."""
+    saved = _document.backup_path(path, "replaced")
+    if state[3]:  # a journal: the file alone does not hold everything
+        atomic_write(saved, _document.dumps(doc))
+    else:
+        os.replace(path, saved)
+    if work_root(path).exists():  # its array fragments go with it
+        os.replace(work_root(path), work_root(saved))
+    logger.info("resume=False: the old ledger was kept as %s", saved)
+
+
+#: The error of a task a dead driver left ``running``.
+DRIVER_LOST = {"type": "DriverLost",
+               "message": "the driver stopped while this task ran (killed, crashed or lost its "
+                          "node)", "traceback": ""}
+
+
+def take_over(doc: dict[str, Any], path: Path) -> list[str]:
+    """The caller holds the driver's lock, so no earlier driver is alive: its leftovers are
+    ours. Its ``running`` runs become ``crashed``, its ``running`` tasks ``interrupted``
+    (`DRIVER_LOST`). Changes ``doc`` in place; returns the tasks whose records changed."""
+    for run in doc["runs"]:
+        if run.get("status") == RunStatus.RUNNING:
+            same_host_alive = run.get("host") == HOST and run.get("pid") != os.getpid() \
+                and pid_alive(run.get("pid", -1))
+            if same_host_alive:
+                logger.warning("ledger %s names a live driver (pid %s) that does not hold the "
+                               "driver lock; taking over", path, run.get("pid"))
+            run["status"] = RunStatus.CRASHED.value
+    tasks = doc["tasks"]
+    stale = [tid for tid, rec in tasks.items() if rec["status"] == RUNNING]
+    for tid in stale:
+        rec = dict(tasks[tid])
+        rec.update(status=INTERRUPTED, interruptions=rec.get("interruptions", 0) + 1,
+                   error=dict(DRIVER_LOST))
+        tasks[tid] = rec
+    if stale:
+        logger.info("%d task(s) left running by a dead driver are now interrupted", len(stale))
+    return stale
