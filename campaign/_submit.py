@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from . import _document
-from ._array import live_leases, overlay
 from ._errors import CampaignError, DriverBusyError
 from ._items import PreparedItem, prepare_items
+from ._leases import live_leases
 from ._ledger import Ledger
 from ._plan import Plan, compare, plan
-from ._worker import write_task_list
+from ._workdir import overlay, write_task_list
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Many array workers claiming from one ledger at once: no task runs twice.
 
-20 `campaign worker` claim loops (`campaign._worker.run_worker` with a function that only notes
-the task it was given) over one submission of 2,000 zero-time tasks, as threads of one process
+20 `campaign worker` claim loops (`campaign._array_worker.run_worker` with a function that only
+notes the task it was given) over one submission of 2,000 zero-time tasks, as threads of one process
 and as separate processes. Every task runs exactly once and, once the fragments are merged,
 the ledger holds every task accepted after one attempt. benchmarks/scale.py measures the same
 at 200 claimers x 100,000 tasks (claims per second, merge time); nothing here is timed.
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import orjson
 import pytest
+from testkit import PYTHON, child_env
 
 from campaign import read_ledger
-from campaign._array import fragment_files, merge_fragments
+from campaign._array_worker import run_worker
 from campaign._submit import prepare_submission
-from campaign._worker import run_worker
-from testkit import PYTHON, child_env
+from campaign._workdir import fragment_files, merge_fragments
 
 CLAIMERS = 20
 TASKS = 2000
@@ -30,7 +30,7 @@ _CHILD = """
 import sys
 from pathlib import Path
 import orjson
-from campaign._worker import run_worker
+from campaign._array_worker import run_worker
 ledger, submission, out, name = sys.argv[1:5]
 ran = []
 owner = {"worker": name, "job": None, "array_task": None, "host": "here", "pid": 0}

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from testkit import PYTHON, ROOT, child_env, wait_until
 
 from campaign import read_ledger
-from campaign._array import merge_fragments, work_root
 from campaign._submit import prepare_submission
-from testkit import PYTHON, ROOT, child_env, wait_until
+from campaign._workdir import merge_fragments, work_root
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 

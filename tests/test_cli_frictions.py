@@ -17,12 +17,21 @@ from pathlib import Path
 
 import orjson
 import pytest
-
-from campaign._array import work_root
-from cli_data.cli_helpers import (campaign, command, env, read_doc, start, statuses, wait_for,
-                                  write_json_items, write_model)
-from schedulers import slurm
+from cli_data.cli_helpers import (
+    campaign,
+    command,
+    env,
+    read_doc,
+    start,
+    statuses,
+    wait_for,
+    write_json_items,
+    write_model,
+)
 from testkit import PATIENCE, ROOT, require, wait_until
+
+from campaign._workdir import work_root
+from schedulers import slurm
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from testkit import PATIENCE, PYTHON, ROOT, child_env, require, wait_until
 
 from campaign import read_ledger
-from campaign._array import work_root
+from campaign._workdir import work_root
 from schedulers import slurm
-from testkit import PATIENCE, PYTHON, ROOT, child_env, require, wait_until
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 

@@ -1,0 +1,220 @@
+"""An array worker (`campaign worker`, `run_worker`): claim tasks by lease, run them, record
+fragments.
+
+Each element of a Slurm job array runs one worker. Workers share nothing but the ledger's folder:
+a task is claimed by creating its lease file (campaign/_leases.py), run, recorded in a fragment
+file (campaign/_workdir.py), marked done and released; fragments are merged into the ledger every
+few seconds and at the end. SIGUSR1 (sent by Slurm ``--signal`` before the time limit) and
+SIGTERM (the limit itself, ``scancel``) stop the worker after recording its running task as
+interrupted and releasing it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from schedulers import ErrorInfo, OutcomeKind
+from schedulers._usage import Meter
+
+from . import _document, _records
+from ._atomic import HOST
+from ._errors import Interrupted, LedgerError
+from ._jsonvalue import decode
+from ._leases import Heartbeat, Leases
+from ._policy import Limits, settle, stopped
+from ._signals import Stop, signals_raise
+from ._status import ACCEPTED
+from ._workdir import WorkDir, merge_fragments, overlay, task_list_path
+
+logger = logging.getLogger(__name__)
+
+
+def slurm_owner() -> dict[str, Any]:
+    """Who this worker is: the Slurm array element (or job) if any, host and pid."""
+    job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
+    index = os.environ.get("SLURM_ARRAY_TASK_ID")
+    worker = f"{job}_{index}" if job and index else (job or f"{HOST}-{os.getpid()}")
+    return {"worker": worker, "job": job, "array_task": index, "host": HOST, "pid": os.getpid()}
+
+
+@dataclass
+class WorkerSummary:
+    """What one `run_worker` did: attempts run, tasks accepted, failed and interrupted, and the
+    signal that stopped it (None: it ran out of tasks)."""
+
+    ran: int = 0
+    accepted: int = 0
+    failed: int = 0
+    interrupted: int = 0
+    stopped_by: int | None = None
+
+
+def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submission: str, *,
+               owner: dict[str, Any] | None = None, lease_seconds: float = 60.0,
+               merge_every: float = 5.0, retries: int = 0, max_interruptions: int = 3,
+               max_tasks: int | None = None) -> WorkerSummary:
+    """Claim and run the tasks of a submission (`submit_array`, `campaign submit`) until none
+    is left, or SIGUSR1/SIGTERM stops us; what one element of a job array runs.
+
+    Outcomes are recorded by the same policy as `checkpointed_map`'s (campaign/_policy.py); a
+    run is the submission: a task whose lease expired (its worker died) more than
+    ``max_interruptions`` times in this submission is recorded failed.
+
+    Args:
+        fn: the task function, called with each claimed task's item.
+        ledger: the ledger the submission was planned in.
+        submission: the submission's id (`ArraySubmission.submission`).
+        owner: who this worker is in leases and records (default: the Slurm array element,
+            host and pid).
+        lease_seconds: a task whose worker stops renewing its lease this long is claimed again.
+        merge_every: seconds between merges of this worker's fragments into the ledger.
+        retries: runs again at once, up to this many times, a task whose ``fn`` raised.
+        max_interruptions: how often a task may be lost before it is recorded failed.
+        max_tasks: stop after this many attempts (None: no limit).
+
+    Returns:
+        a `WorkerSummary`.
+
+    Raises:
+        LedgerError: the ledger has no such submission.
+    """
+    ledger = Path(ledger)
+    owner = owner or slurm_owner()
+    try:
+        task_ids = orjson.loads(task_list_path(ledger, submission).read_bytes())
+    except FileNotFoundError:
+        raise LedgerError(f"ledger {ledger} has no submission {submission!r} (no "
+                          f"{task_list_path(ledger, submission)}); submit it with "
+                          "`campaign submit`") from None
+    tasks = overlay(_document.read(ledger), ledger)["tasks"]
+    claims = _Claims(fn, Leases(WorkDir(ledger, submission), lease_seconds=lease_seconds),
+                     owner, Limits(retries, max_interruptions), WorkerSummary())
+    summary = claims.summary
+    beat = Heartbeat(claims.leases, lease_seconds / 4)
+    last_merge = time.monotonic()
+    logger.info("worker %s: %d tasks in submission %s", owner["worker"], len(task_ids), submission)
+    with beat, signals_raise(signal.SIGUSR1, signal.SIGTERM, swallow=True) as stop:
+        left = [tid for tid in task_ids if tid in tasks and tasks[tid]["status"] != ACCEPTED]
+        while left and stop.signum is None:
+            waiting = []
+            for tid in left:
+                if stop.signum is not None or (max_tasks is not None and summary.ran >= max_tasks):
+                    return _finish(summary, stop, ledger)
+                lease = claims.leases.claim(tid, owner)
+                if lease is None:
+                    if not claims.leases.work.is_done(tid):
+                        waiting.append(tid)  # another worker holds it: if it dies, reclaim
+                    continue
+                rec = claims.leases.work.newest(tid, tasks[tid])
+                if "stolen_from" in lease:
+                    again = claims.lost(tid, rec, lease)
+                    if again is None:
+                        continue
+                    rec = again
+                beat.lease = lease
+                tasks[tid] = claims.run(rec, tid, lease)
+                beat.lease = None
+                if time.monotonic() - last_merge > merge_every:
+                    _merge(ledger)
+                    last_merge = time.monotonic()
+            if waiting and len(waiting) == len(left):  # nothing claimable now: wait a little
+                time.sleep(min(lease_seconds / 4, 2.0))
+            left = waiting
+    return _finish(summary, stop, ledger)
+
+
+def _finish(summary: WorkerSummary, stop: Stop, ledger: Path) -> WorkerSummary:
+    summary.stopped_by = stop.signum
+    _merge(ledger)
+    logger.info("worker stops: ran %d (%d accepted, %d failed, %d interrupted)", summary.ran,
+                summary.accepted, summary.failed, summary.interrupted)
+    return summary
+
+
+def _merge(ledger: Path) -> None:
+    try:
+        merge_fragments(ledger)
+    except Exception as exc:  # noqa: BLE001 -- the fragments stay; a later merge applies them
+        logger.warning("merging fragments into %s failed (%s); they stay for later", ledger, exc)
+
+
+@dataclass
+class _Claims:
+    """What one worker runs with: the task function, its leases, who it is, its limits."""
+
+    fn: Callable[[Any], Any]
+    leases: Leases
+    owner: dict[str, Any]
+    limits: Limits
+    summary: WorkerSummary
+
+    def lost(self, tid: str, rec: dict[str, Any], lease: dict[str, Any]) -> dict[str, Any] | None:
+        """The task's previous holder died (its lease expired): record that attempt
+        interrupted, or failed once the task was lost more than ``max_interruptions`` times in
+        this submission (then the task is done and None is returned)."""
+        work, previous, at = self.leases.work, lease["stolen_from"], time.time()
+        begun = _records.started(rec, host=previous.get("host"), pid=previous.get("pid"),
+                                 worker=previous.get("worker"), device_group=None, at=at)
+        error = ErrorInfo("WorkerLost", f"array worker {previous.get('worker')} on "
+                          f"{previous.get('host')} stopped renewing its lease (killed, cancelled "
+                          "or its node was lost)")
+        lost = work.lost(tid) + 1
+        decision = settle(begun, OutcomeKind.LOST, limits=self.limits, tries=0, lost=lost, at=at,
+                          error=error)
+        work.write_fragment({tid: decision.record}, self.owner)
+        work.set_lost(tid, lost)  # after the fragment: a crash in between never over-counts
+        if decision.again:
+            return decision.record
+        self.leases.release(lease, done=True)
+        self.summary.failed += 1
+        return None
+
+    def run(self, rec: dict[str, Any], tid: str, lease: dict[str, Any]) -> dict[str, Any]:
+        """Run a claimed task (again at once while ``retries`` allow), record it, release it."""
+        owner, work, summary = self.owner, self.leases.work, self.summary
+        where = {"host": owner["host"], "pid": owner["pid"], "worker": owner["worker"],
+                 "device_group": None}
+        tries = 0
+        while True:
+            begun = _records.started(rec, at=time.time(), **where)
+            summary.ran += 1
+            tries += 1
+            meter = Meter()  # empty until fn ran: an item that does not decode measured nothing
+            try:
+                item = decode(begun["item"])
+                with meter:
+                    value = self.fn(item)
+            except Interrupted as exc:
+                new = stopped(begun, at=time.time(), error=ErrorInfo(
+                    "Interrupted", f"{exc}; the task was released for another worker"))
+                work.write_fragment({tid: new}, owner)
+                self.leases.release(lease, done=False)
+                summary.interrupted += 1
+                raise
+            except Exception as exc:  # noqa: BLE001 -- whatever fn raised is the task's outcome
+                decision = settle(begun, OutcomeKind.ERROR, limits=self.limits, tries=tries,
+                                  lost=0, at=time.time(), error=ErrorInfo.capture(exc),
+                                  usage=meter.usage)
+            else:
+                decision = settle(begun, OutcomeKind.RESULT, limits=self.limits, tries=tries,
+                                  lost=0, at=time.time(), result=value, usage=meter.usage)
+            rec = decision.record
+            if decision.again:
+                continue
+            work.write_fragment({tid: rec}, owner)
+            accepted = decision.status == ACCEPTED
+            self.leases.release(lease, done=True, accepted=accepted)
+            if accepted:
+                summary.accepted += 1
+            else:
+                summary.failed += 1
+            return rec
