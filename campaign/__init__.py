@@ -1,6 +1,7 @@
 """Run one function over many items; record every finished task; resume exactly where stopped.
 
-Importing this package does not import JAX.
+`checkpointed_map` drives a campaign from this process; `submit_array` hands one to a Slurm job
+array whose elements each run `run_worker`. Importing this package does not import JAX.
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ try:
 except _NotInstalled:  # run from a source tree that was never installed
     __version__ = "0+unknown"
 
+from ._array_submit import ArraySubmission as ArraySubmission
+from ._array_submit import SubmitError as SubmitError
+from ._array_submit import submit_array as submit_array
+from ._array_worker import WorkerSummary as WorkerSummary
+from ._array_worker import run_worker as run_worker
 from ._campaign import Campaign as Campaign
 from ._campaign import Failure as Failure
 from ._campaign import Progress as Progress
@@ -36,6 +42,7 @@ from ._status import Status as Status
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "ArraySubmission",
     "Campaign",
     "CampaignError",
     "DriverBusyError",
@@ -50,8 +57,12 @@ __all__ = [
     "ResultError",
     "RunStatus",
     "Status",
+    "SubmitError",
+    "WorkerSummary",
     "__version__",
     "checkpointed_map",
     "read_ledger",
+    "run_worker",
+    "submit_array",
     "write_report",
 ]

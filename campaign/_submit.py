@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from . import _document
-from ._errors import CampaignError, DriverBusyError
+from ._errors import DriverBusyError
 from ._items import PreparedItem, prepare_items
 from ._leases import live_leases
 from ._ledger import Ledger
 from ._plan import Plan, compare, plan
+from ._status import RunStatus
 from ._workdir import overlay, write_task_list
 
 
@@ -64,9 +65,9 @@ class PlannedSubmission:
                 fields["job"] = job
             ledger.set_run(**fields)
         except BaseException:
-            ledger.close("crashed")
+            ledger.close(RunStatus.CRASHED)
             raise
-        ledger.close("submitted")
+        ledger.close(RunStatus.SUBMITTED)
         return Submission(ledger.run_id, ledger.path, planned)
 
 
@@ -127,16 +128,3 @@ def _check_free(path: Path) -> None:
     finally:
         os.close(fd)  # closing releases the lock
 
-
-def record_job(ledger: Path, submission: str, job_id: str) -> None:
-    """Note the Slurm job id of a submission in its run entry."""
-    from ._document import update
-
-    def mutate(doc: dict[str, Any]) -> None:
-        for run in doc["runs"]:
-            if run.get("id") == submission:
-                run["job"] = job_id
-                return
-        raise CampaignError(f"ledger {ledger} has no run {submission!r}")
-
-    update(ledger, mutate)

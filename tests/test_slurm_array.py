@@ -16,7 +16,7 @@ import orjson
 import pytest
 from testkit import PATIENCE, PYTHON, ROOT, child_env, require, wait_until
 
-from campaign import read_ledger
+from campaign import SubmitError, read_ledger, submit_array
 from campaign._workdir import work_root
 from schedulers import slurm
 
@@ -195,3 +195,52 @@ def test_dry_run_prints_the_script_and_writes_nothing(tmp_path):
     assert "campaign._cli worker" in proc.stdout and not ledger.exists()
     bad = campaign("submit", str(spec), "--array", "0", cwd=tmp_path)
     assert bad.returncode == 2 and "--array" in bad.stderr
+
+
+def worker_script(tmp_path: Path) -> Path:
+    """A user's own worker: `run_worker` over the ledger, for the submission in argv[1]."""
+    path = tmp_path / "worker.py"
+    path.write_text(f"import sys\nsys.path.insert(0, {str(TASK.parent)!r})\n"
+                    "from array_task import run\nfrom campaign import run_worker\n"
+                    "run_worker(run, 'ledger.json', sys.argv[1])\n")
+    return path
+
+
+def test_submit_array_runs_the_workers_it_is_given_and_returns_what_it_did(tmp_path):
+    _, ledger = make_campaign(tmp_path, 4, 0.01)
+    items = orjson.loads((tmp_path / "items.json").read_bytes())
+    worker = worker_script(tmp_path)
+    done = submit_array(items, ledger_path=ledger, array="0-1", workdir=tmp_path,
+                        command=lambda submission: [PYTHON, str(worker), submission])
+    assert done.job is not None and done.job.isdigit()
+    assert (done.to_run, done.kept, done.refused) == (4, 0, 0)
+    assert done.script is not None and "#SBATCH --array=0-1" in done.script
+    assert f"worker.py {done.submission}" in done.script and "#SBATCH --hold" in done.script
+    run = read_ledger(ledger)["runs"][-1]
+    assert (run["id"], run["job"], run["status"]) == (done.submission, done.job, "submitted")
+    wait_for_job(done.job)
+    assert {r["status"] for r in read_ledger(ledger)["tasks"].values()} == {"accepted"}
+    again = submit_array(items, ledger_path=ledger, array="0-1", workdir=tmp_path,
+                         command=lambda submission: [PYTHON, str(worker), submission])
+    assert (again.job, again.submission, again.to_run, again.kept) == (None, None, 0, 4)
+
+
+def test_submit_array_refuses_what_slurm_would_and_writes_nothing(tmp_path):
+    _, ledger = make_campaign(tmp_path, 2, 0.01)
+    items = orjson.loads((tmp_path / "items.json").read_bytes())
+    before = sorted(tmp_path.rglob("*"))
+
+    def submit_with(**options):
+        return submit_array(items, ledger_path=ledger, array="0-1", workdir=tmp_path,
+                            command=lambda submission: ["true", submission], **options)
+
+    with pytest.raises(SubmitError, match="sbatch failed.*no_such_partition|sbatch failed"):
+        submit_with(partition="no_such_partition")
+    with pytest.raises(SubmitError, match="mem='lots' is not a Slurm memory size"):
+        submit_with(mem="lots")
+    with pytest.raises(TypeError, match="'qos'"):
+        submit_with(qos="long")
+    dry = submit_with(time="10:00", dry_run=True)
+    assert dry.job is None and dry.script is not None
+    assert "--signal=B:USR1@120" in dry.script and "true '<submission>'" in dry.script
+    assert sorted(tmp_path.rglob("*")) == before and not ledger.exists()

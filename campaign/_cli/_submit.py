@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ._common import BadInput, plural, verbose_option, with_errors
+from ._common import EXIT_FAILED, EXIT_OK, BadInput, plural, verbose_option, with_errors
 from ._inputs import read_items
 from ._spec import resolve
 
@@ -58,7 +58,7 @@ def submit_command(spec: str, array: str, time_limit: str | None, partition: str
     Submitting again with the same command runs only what is left (failed, interrupted and
     never-run tasks). Options also come from the spec's [array] table; flags override it.
     """
-    from schedulers.slurm import SlurmCommandError, render_array_script, sbatch
+    from .._array_submit import SubmitError, submit_array
 
     cfg = resolve(spec, {"resume": False if no_resume else None})
     opts = _array_options(cfg.array, cfg.spec, time=time_limit, partition=partition,
@@ -68,90 +68,36 @@ def submit_command(spec: str, array: str, time_limit: str | None, partition: str
     elements = _elements(array)
     items = read_items(cfg.items, cfg.id_field)
     spec_path = Path(spec).resolve()
-    log_dir = Path(opts.pop("log_dir", None) or cfg.ledger.resolve().parent / "slurm-logs")
     lease = float(opts.pop("lease_seconds", 60.0))
-    job_name = opts.pop("job_name", None) or "campaign"
-    if opts.get("time") and "signal_before_end" not in opts:
-        opts["signal_before_end"] = 120
 
-    def script(submission: str, hold: bool = False) -> str:
-        command = [sys.executable, "-m", "campaign._cli", "worker", str(spec_path),
-                   "--submission", submission, "--lease-seconds", f"{lease:g}"]
-        extra = dict(opts)
-        given = extra.get("extra_directives") or []
-        if hold and not isinstance(given, str):  # released once the ledger records it
-            extra["extra_directives"] = [*given, "--hold"]
-        try:
-            return render_array_script(job_name=job_name, command=command, array=elements,
-                                       log_dir=log_dir, workdir=spec_path.parent, **extra)
-        except (TypeError, ValueError) as exc:
-            raise BadInput(str(exc)) from None
+    def worker(submission: str) -> list[str]:
+        return [sys.executable, "-m", "campaign._cli", "worker", str(spec_path),
+                "--submission", submission, "--lease-seconds", f"{lease:g}"]
 
+    try:
+        done = submit_array(items, ledger_path=cfg.ledger, command=worker, array=elements,
+                            resume=cfg.resume, log_dir=opts.pop("log_dir", None),
+                            job_name=opts.pop("job_name", None) or "campaign",
+                            workdir=spec_path.parent, dry_run=dry_run, **opts)
+    except SubmitError as exc:
+        raise BadInput(str(exc)) from None
     if dry_run:
-        click.echo(script("<submission>"), nl=False)
-        return 0
-    from .._submit import plan_submission
-
-    planned = plan_submission(items, ledger_path=cfg.ledger, resume=cfg.resume)
-    if not planned.plan.to_run:
-        refused = len(planned.plan.refused)
-        if refused:  # recorded, so that `campaign failures` lists them
-            planned.record()
-        click.echo(f"nothing to run: {planned.plan.kept} accepted, {refused} refused; no job "
+        click.echo(done.script, nl=False)
+        return EXIT_OK
+    if done.job is None:
+        click.echo(f"nothing to run: {done.kept} accepted, {done.refused} refused; no job "
                    "submitted")
-        click.echo(f"campaign: nothing to run in {cfg.ledger}: {planned.plan.kept} accepted, "
-                   f"{refused} refused; nothing submitted", err=True)
-        return 0 if not refused else 1
-    text = script(planned.id, hold=True)  # a bad option: exit 2 before anything is written
-    try:
-        job = sbatch(text, cwd=spec_path.parent)
-    except (SlurmCommandError, OSError) as exc:
-        raise BadInput(f"sbatch failed, nothing was submitted or written: {exc}") from None
-    sub = _record(planned, job, log_dir)
-    click.echo(job)
-    click.echo(f"campaign: submitted job array {job} ({elements}) for "
-               f"{plural(len(sub.plan.to_run), 'task')} of submission {sub.id}; "
-               f"{sub.plan.kept} accepted earlier"
-               + (f", {len(sub.plan.refused)} refused (see campaign failures)"
-                  if sub.plan.refused else "")
-               + f". Logs: {log_dir}. Watch: campaign status {shlex.quote(str(cfg.ledger))}",
+        click.echo(f"campaign: nothing to run in {cfg.ledger}: {done.kept} accepted, "
+                   f"{done.refused} refused; nothing submitted", err=True)
+        return EXIT_FAILED if done.refused else EXIT_OK
+    click.echo(done.job)
+    click.echo(f"campaign: submitted job array {done.job} ({elements}) for "
+               f"{plural(done.to_run, 'task')} of submission {done.submission}; "
+               f"{done.kept} accepted earlier"
+               + (f", {done.refused} refused (see campaign failures)" if done.refused else "")
+               + f". Logs: {done.log_dir}. Watch: campaign status {shlex.quote(str(cfg.ledger))}",
                err=True)
-    return 0
-
-
-def _record(planned: Any, job: str, log_dir: Path) -> Any:
-    """Write the submitted job (held until now) to the ledger, then release it; if writing
-    fails, cancel the job, so that nothing runs that the ledger does not know of."""
-    from schedulers.slurm import SlurmCommandError, scancel
-
-    try:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        sub = planned.record(job)
-    except BaseException:
-        try:
-            scancel(job)
-        except SlurmCommandError as exc:
-            click.echo(f"campaign: could not cancel job {job}; cancel it with `scancel {job}` "
-                       f"({exc})", err=True)
-        raise
-    _release(job)
-    return sub
-
-
-def _release(job: str) -> None:
-    """``scontrol release JOB``: the held job array may start."""
-    import subprocess
-
-    command = ["scontrol", "release", job]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BadInput(f"job {job} was submitted held and recorded in the ledger, but "
-                       f"`{' '.join(command)}` failed ({exc}); run it to start the job") from None
-    if done.returncode != 0:
-        raise BadInput(f"job {job} was submitted held and recorded in the ledger, but "
-                       f"`{' '.join(command)}` exited with code {done.returncode} "
-                       f"({done.stderr.strip()}); run it to start the job")
+    return EXIT_OK
 
 
 def _elements(array: str) -> str:

@@ -9,6 +9,7 @@ from ._commands import ACTIVE_STATES as ACTIVE_STATES
 from ._commands import ENDED_STATES as ENDED_STATES
 from ._commands import SlurmCommandError as SlurmCommandError
 from ._commands import job_states as job_states
+from ._commands import release as release
 from ._commands import sbatch as sbatch
 from ._commands import scancel as scancel
 from ._commands import slurm_available as slurm_available

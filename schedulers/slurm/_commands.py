@@ -1,4 +1,5 @@
-"""The Slurm commands the project uses: sbatch, scancel, squeue (job states) and sinfo.
+"""The Slurm commands the project uses: sbatch, scancel, scontrol release, squeue (job states)
+and sinfo.
 
 Job states come from ``squeue -t all`` alone, one call per poll: they work on clusters without
 an accounting database (no ``sacct``), where Slurm keeps an ended job visible for ``MinJobAge``
@@ -105,6 +106,15 @@ def scancel(job_id: str | int, *, signal: str | None = None) -> None:
                                 done.stderr)
     if done.stderr.strip():
         logger.debug("scancel %s: %s", job_id, done.stderr.strip())
+
+
+def release(job_id: str | int) -> None:
+    """``scontrol release JOB``: a job (or array) submitted held (``--hold``) may start.
+
+    Raises:
+        SlurmCommandError: scontrol failed (exit code 127: it is not installed).
+    """
+    _checked(["scontrol", "release", str(job_id)])
 
 
 def job_states(job_id: str | int | Iterable[str | int]) -> dict[str, str]:
