@@ -18,6 +18,7 @@ from schedulers import (
     Placement,
     Scheduler,
     Started,
+    TakenBack,
     Task,
     make_scheduler,
 )
@@ -32,6 +33,11 @@ from ._signals import sigint_ignored, signals_raise
 from ._status import ACCEPTED, RUNNING
 
 logger = logging.getLogger(__name__)
+
+#: How often (seconds) the dispatcher looks, while tasks run, whether the ledger is still
+#: writable: once a write failed, the tasks handed to the scheduler that have not started are
+#: taken back (`Scheduler.take_back`) and none starts until a write succeeds again.
+WRITABLE_CHECK = 0.02
 
 
 def checkpointed_map(
@@ -138,6 +144,7 @@ class _Run:
         self.refused: dict[str, list[dict[str, Any]]] = {}
         self.counts = {"accepted": 0, "failed": 0, "done": 0}
         self.begun = time.monotonic()
+        self.taken_back = False  # since the ledger stopped being writable
 
     # ------------------------------------------------------------------ the run
     def go(self, resume: bool) -> Campaign:
@@ -171,18 +178,24 @@ class _Run:
         try:
             while True:
                 with cond:
-                    while inflight and not (queue and len(inflight) <= self._low_water()):
-                        cond.wait(1.0)
+                    while inflight and not (queue and len(inflight) <= self._low_water()) and (
+                            self.taken_back or self.ledger.writable()):
+                        cond.wait(WRITABLE_CHECK)
                     if not queue and not inflight:
                         break
-                    if not self.ledger.writable():  # a ledger write failed: start no new task
+                    writable = self.ledger.writable()  # raises once the ledger gave up
+                    if not writable and self.taken_back:  # a write failed: start no new task
                         cond.wait(0.5)  # until a retry succeeds (or writable() raises)
                         continue
+                    self.taken_back = not writable
                     batch = []
-                    while queue and len(inflight) < scheduler.slots:
+                    while writable and queue and len(inflight) < scheduler.slots:
                         task = queue.popleft()
                         inflight[task.task_id] = task
                         batch.append(task)
+                if not writable:  # the tasks handed out but not started come back (TakenBack)
+                    scheduler.take_back()
+                    continue
                 for task in batch:
                     scheduler.submit(task)
                 scheduler.flush()
@@ -229,14 +242,27 @@ class _Run:
                     self.running.add(event.task_id)
                     self.ledger.put(event.task_id, _records.started(
                         self._record(event.task_id), at=event.time, **_where(event.placement)))
-                else:
+                elif type(event) is Outcome:
                     self._finish(event)
+                    finished = True
+                elif type(event) is TakenBack:
+                    self._taken_back(event)
                     finished = True
             if finished and (not self.inflight
                              or (self.queue and len(self.inflight) <= self._low_water())):
                 self.cond.notify()  # only when the dispatcher has something to do
         if self.progress is not None:
             self.progress(self._progress())
+
+    def _taken_back(self, event: TakenBack) -> None:
+        """The scheduler gave back a task that never started: not an attempt; it goes back to
+        the front of the queue, its record as it was."""
+        task = self.inflight.pop(event.task_id, None)
+        if task is None:
+            logger.warning("ignoring a task given back that was not handed out: %r",
+                           event.task_id)
+            return
+        self.queue.appendleft(task)
 
     def _finish(self, out: Outcome) -> None:
         tid = out.task_id

@@ -27,6 +27,7 @@ from ._events import OutcomeKind as OutcomeKind
 from ._events import Placement as Placement
 from ._events import Report as Report
 from ._events import Started as Started
+from ._events import TakenBack as TakenBack
 from ._events import Task as Task
 from ._serial import SerialScheduler as SerialScheduler
 from ._usage import Meter as Meter

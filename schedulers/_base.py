@@ -16,7 +16,8 @@ class Scheduler(abc.ABC):
     a round once `refill` slots are free) each followed by `flush`, then `stop`.
     `report` may be called from any thread, with one event or a list of them in order; it must
     be given a `Started` event before ``fn`` runs and exactly one `Outcome` per submitted task
-    (unless `stop` comes first). Where ``fn`` ran to a return or an exception, the outcome's
+    (unless `stop` comes first), or, for a task given back by `take_back`, one `TakenBack` and
+    nothing else. Where ``fn`` ran to a return or an exception, the outcome's
     ``usage`` is what a `schedulers.Meter` measured around that call, in that process.
     """
 
@@ -46,6 +47,14 @@ class Scheduler(abc.ABC):
 
     def flush(self) -> None:
         """Called after each round of `submit` calls: send what was buffered (batching)."""
+
+    def take_back(self) -> None:
+        """Give back every submitted task that has not started yet (queued here, or held ahead
+        by a worker), reporting a `TakenBack` for each, now or once a worker confirmed it will
+        not start it; tasks already running go on. The engine calls this when the ledger stops
+        being writable. By default nothing is held: nothing to give back.
+        """
+        return None
 
     def stop(self) -> None:
         """Release workers. Tasks still running are abandoned; the engine records them."""

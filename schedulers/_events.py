@@ -102,6 +102,15 @@ class Outcome:
     usage: dict[str, Any] | None = None
 
 
-Event = Union[Started, Outcome]
+@dataclass(frozen=True, slots=True)
+class TakenBack:
+    """A submitted task the scheduler gave back before it started (`Scheduler.take_back`): no
+    attempt was made, and none of it is reported again; the engine runs it later."""
+
+    task_id: str
+    attempt: int
+
+
+Event = Union[Started, Outcome, TakenBack]
 #: Called with one event, or with a list of events that arrived together (in order).
 Report = Callable[[Event | list[Event]], None]

@@ -23,6 +23,7 @@ from ._child import ChildProcess
 from ._devices import Group, device_environment, group_devices, group_processes
 from ._events import ErrorInfo, Outcome, OutcomeKind, Placement, Task
 from ._usage import combined
+from ._worker import TAKE_BACK
 
 # The variables of a launch of K processes, as `solvers.distributed` reads them.
 COORDINATOR = "DIFFSOUP_COORDINATOR"
@@ -77,6 +78,7 @@ class WorkerGroup:
     begun: float = 0.0
     deadline: float = float("inf")
     done: dict[int, tuple[str, Any, float, float, Any]] = field(default_factory=dict)
+    recalls: int = 0  # take-backs sent that the worker has not answered yet
     several: bool = field(init=False, default=False)  # more than one process
     ready: bool = field(init=False, default=False)  # every process said it is ready
     _placement: Placement | None = field(init=False, default=None)
@@ -151,6 +153,36 @@ class WorkerGroup:
                 member.conn.send_bytes(payload)
             except OSError:  # that process is gone; the monitor replaces the group
                 pass
+
+    def ask_back(self) -> bool:
+        """Ask a one-process worker for the tasks it holds and has not begun (`given_back`
+        receives them); True if asked. A group of several runs what it was sent: its processes
+        must all run a task or none."""
+        if self.several or not self.held:
+            return False
+        try:
+            self.members[0].conn.send_bytes(TAKE_BACK)
+        except OSError:  # it is gone; the monitor replaces it, and `release` gives them back
+            pass
+        self.recalls += 1
+        return True
+
+    def given_back(self, task_ids: list[str]) -> list[Task]:
+        """The worker answered a take-back: these held tasks will not start."""
+        self.recalls = max(0, self.recalls - 1)
+        ids = set(task_ids)
+        back = [task for task in self.held if task.task_id in ids]
+        if back:
+            self.held = deque(task for task in self.held if task.task_id not in ids)
+        return back
+
+    def release(self) -> tuple[list[Task], bool]:
+        """The held tasks, no longer held (the worker is gone or restarts), and whether a
+        take-back was pending for them (then they go back to the engine, not to the queue)."""
+        held, recalled = list(self.held), self.recalls > 0
+        self.held.clear()
+        self.recalls = 0
+        return held, recalled
 
     def begin(self, task_id: str, begun: float, timeout: float | None) -> Task | None:
         """A process began ``task_id``: the task, if this starts it (the first process to)."""

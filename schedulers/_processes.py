@@ -45,7 +45,17 @@ from typing import Any
 from ._base import Scheduler
 from ._child import ChildProcess, Spawner, end_orphans
 from ._devices import Group, group_processes, normalize_groups, visible_gpus
-from ._events import ErrorInfo, Event, Outcome, OutcomeKind, Placement, Report, Started, Task
+from ._events import (
+    ErrorInfo,
+    Event,
+    Outcome,
+    OutcomeKind,
+    Placement,
+    Report,
+    Started,
+    TakenBack,
+    Task,
+)
 from ._group import WorkerGroup
 from ._host import HOST
 
@@ -190,6 +200,17 @@ class ProcessesScheduler(Scheduler):
                 self._assign_locked()  # sent from here: the monitor needs no wake-up for it
             self._report_events()
 
+    def take_back(self) -> None:
+        """Give back the queued tasks now, and ask every worker for those it holds (it answers
+        before it would start the next one); tasks running go on."""
+        with self._lock:
+            while self._pending:
+                task = self._pending.popleft()
+                self._emit(TakenBack(task.task_id, task.attempt))
+            for w in self._workers:
+                w.ask_back()
+            self._report_events()
+
     def _emit(self, event: Event) -> None:
         """Report ``event`` with the others of this step (`_report_events`), in order."""
         self._events.append(event)
@@ -230,9 +251,14 @@ class ProcessesScheduler(Scheduler):
             self._fail_locked(task, ErrorInfo.from_exception(exc))
 
     def _requeue(self, w: WorkerGroup) -> None:
-        """Tasks held by a worker that is gone go back to the front of the queue, unmarked."""
-        self._pending.extendleft(reversed(w.held))
-        w.held.clear()
+        """Tasks held by a worker that is gone go back to the front of the queue, unmarked, or
+        to the engine if it had asked for them (`take_back`)."""
+        held, recalled = w.release()
+        if recalled:
+            for task in held:
+                self._emit(TakenBack(task.task_id, task.attempt))
+        else:
+            self._pending.extendleft(reversed(held))
 
     def _fail_locked(self, task: Task, error: ErrorInfo) -> None:
         now = time.time()
@@ -323,6 +349,9 @@ class ProcessesScheduler(Scheduler):
                 w.start_failures = 0
         elif kind == "fatal":
             self._give_up(w, message[1])
+        elif kind == "returned":
+            for task in w.given_back(message[1]):
+                self._emit(TakenBack(task.task_id, task.attempt))
         elif kind == "begin":
             _, task_id, attempt, begun = message
             if w.begin(task_id, begun, self.timeout) is not None:

@@ -30,6 +30,7 @@ import struct
 import sys
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from ._events import ErrorInfo
@@ -45,6 +46,10 @@ from ._usage import Meter
 # Messages are framed as multiprocessing.connection.Connection frames them (the driver reads
 # them with one): a 4-byte big-endian signed length, or -1 and an 8-byte length, then the bytes.
 
+#: The driver's take-back (a frame of its own, not a pickle): give back the tasks sent before it
+#: that have not begun.
+TAKE_BACK = b"take-back"
+
 _SHORT = struct.Struct("!i")
 _LONG = struct.Struct("!Q")
 _NOTHING = object()  # no message is waiting
@@ -56,6 +61,7 @@ class Channel:
     def __init__(self, fd: int):
         self.sock = socket.socket(fileno=fd)
         self.buffer = bytearray()
+        self.frames: deque[bytes] = deque()  # whole messages read ahead, not taken yet
 
     def close(self) -> None:
         self.sock.close()
@@ -84,6 +90,8 @@ class Channel:
 
         Raises EOFError once the driver closed its end.
         """
+        if self.frames:
+            return self.frames.popleft()
         while (data := self._frame()) is None:
             try:
                 chunk = self.sock.recv(1 << 16, 0 if block else socket.MSG_DONTWAIT)
@@ -98,6 +106,40 @@ class Channel:
         """The next message; without ``block``, `_NOTHING` when none is waiting."""
         data = self.recv_bytes(block)
         return _NOTHING if data is None else pickle.loads(data)
+
+    def _read_ahead(self) -> None:
+        """Move every whole message the driver sent meanwhile into `frames`, without waiting."""
+        try:
+            while chunk := self.sock.recv(1 << 16, socket.MSG_DONTWAIT):
+                self.buffer += chunk
+        except BlockingIOError:
+            pass
+        else:
+            raise EOFError("the driver closed the connection")
+        while (data := self._frame()) is not None:
+            self.frames.append(data)
+
+    def next_message(self, block: bool = True) -> Any:
+        """The driver's next task (or None: stop); without ``block``, `_NOTHING` when none is
+        waiting. A task is taken only if no take-back arrived after it: the tasks a take-back
+        follows are given back, unstarted, with one ``("returned", task_ids)``."""
+        while (data := self.recv_bytes(block)) is not None:
+            if data == TAKE_BACK:  # nothing held any more: every task it meant has begun
+                self.send(("returned", []))
+                continue
+            self._read_ahead()
+            if TAKE_BACK not in self.frames:
+                return pickle.loads(data)
+            frames = list(self.frames)
+            last = len(frames) - 1 - frames[::-1].index(TAKE_BACK)
+            self.frames = deque(frames[last + 1:])
+            back = [pickle.loads(f) for f in [data, *frames[:last]] if f != TAKE_BACK]
+            if any(message is None for message in back):
+                return None  # the driver stops
+            self.send(("returned", [message[1] for message in back]))
+            for _ in range(frames[:last].count(TAKE_BACK)):  # one answer per take-back
+                self.send(("returned", []))
+        return _NOTHING
 
     def send(self, message: Any) -> None:
         self.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
@@ -210,7 +252,7 @@ def worker_main(channel: Channel) -> None:
         return
     channel.send(("ready", os.getpid()))
     try:
-        message = channel.recv()
+        message = channel.next_message()
         while message is not None:
             _, task_id, attempt, item = message
             begun = time.time()
@@ -234,10 +276,10 @@ def _run_tasks(channel: Channel, fn: Any, task_id: str, attempt: int, item: Any,
                     meter.usage)
         else:
             done = ("done", task_id, attempt, "result", value, begun, time.time(), meter.usage)
-        message = channel.recv(block=False)
+        message = channel.next_message(block=False)
         if message is _NOTHING:
             channel.send_bytes(_pickled(done))
-            return channel.recv()
+            return channel.next_message()
         if message is None:
             channel.send_bytes(_pickled(done))
             return None

@@ -7,14 +7,23 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from testkit import PATIENCE, PYTHON, child_env, require, wait_until
 
 from campaign import checkpointed_map, read_ledger
-from testkit import PATIENCE, PYTHON, child_env, require, wait_until
-from schedulers import normalize_groups
+from schedulers import (
+    Outcome,
+    OutcomeKind,
+    ProcessesScheduler,
+    Started,
+    TakenBack,
+    Task,
+    normalize_groups,
+)
 
 
 def report_devices(item):
@@ -335,3 +344,53 @@ def test_a_timed_out_task_takes_its_subprocesses_with_it(tmp_path):
     stat = Path(f"/proc/{pid}/stat")
     wait_until(lambda: not stat.exists() or stat.read_text().rpartition(")")[2].split()[0] == "Z",
                "the task's subprocess ends with its worker")
+
+
+def marked_sleep(item):
+    """Marks that ``fn`` ran for this task, then sleeps ``item['sleep']`` seconds."""
+    Path(item["marks"], item["task_id"]).touch()
+    time.sleep(item["sleep"])
+    return {"i": item["i"]}
+
+
+def test_take_back_gives_back_every_task_not_started_and_none_starts_after(tmp_path):
+    """What the engine relies on when a ledger write fails: `take_back` gives back the tasks
+    queued in the driver and those a busy worker holds ahead, and none of them starts."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    events: list = []
+    lock = threading.Lock()
+
+    def report(batch):
+        with lock:
+            events.extend(batch if isinstance(batch, list) else [batch])
+
+    def ids(kind):
+        with lock:
+            return {e.task_id for e in events if type(e) is kind}
+
+    scheduler = ProcessesScheduler(workers=1)
+    # a first task of 1 ms makes the worker hold the most tasks ahead; the others take longer
+    tasks = [Task(f"t{i:02d}", {"task_id": f"t{i:02d}", "marks": str(marks), "i": i,
+                                "sleep": 0.001 if i == 0 else 0.2}, 0)
+             for i in range(scheduler.slots)]
+    scheduler.start(marked_sleep, report)
+    try:
+        scheduler.submit(tasks[0])
+        wait_until(lambda: ids(Outcome), "the first task's outcome")
+        for task in tasks[1:]:
+            scheduler.submit(task)
+        # reported once the worker began t01, after the next tasks were sent for it to hold
+        wait_until(lambda: "t01" in ids(Started), "the second task starts")
+        before = ids(Started)
+        scheduler.take_back()
+        wait_until(lambda: len(ids(Outcome) | ids(TakenBack)) == len(tasks),
+                   "an outcome or a take-back for every task")
+    finally:
+        scheduler.stop()
+    outcomes, back = ids(Outcome), ids(TakenBack)
+    assert all(e.kind is OutcomeKind.RESULT for e in events if type(e) is Outcome)
+    assert not outcomes & back and len(back) >= len(tasks) - 3, (outcomes, back)
+    # the worker may have begun one task before the take-back reached it, no more
+    assert len(ids(Started) - before) <= 1
+    assert ids(Started) == outcomes == set(os.listdir(marks))  # fn ran for those alone
