@@ -124,8 +124,8 @@ def mesh_groups(mesh: Mesh, group_shape: Sequence[int], *, per_process: int | No
     counts = [size // block for size, block in zip(grid.shape, group_shape)]
     groups = []
     for index in np.ndindex(*counts):
-        block = grid[tuple(slice(i * b, (i + 1) * b) for i, b in zip(index, group_shape))]
-        groups.append(tuple(int(d.id) for d in block.reshape(-1)))
+        cells = grid[tuple(slice(i * b, (i + 1) * b) for i, b in zip(index, group_shape))]
+        groups.append(tuple(int(d.id) for d in cells.reshape(-1)))
     if per_process is None:
         return groups
     size = len(groups[0])

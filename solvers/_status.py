@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Self
 
 __all__ = ["CodedStatus"]
 
@@ -14,7 +15,7 @@ class CodedStatus(enum.Enum):
         self.code, self.message = code, message
 
     @classmethod
-    def of(cls, code: int) -> CodedStatus:
+    def of(cls, code: int) -> Self:
         """The member with this ``code``."""
         for s in cls:
             if s.code == code:

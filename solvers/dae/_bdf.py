@@ -12,6 +12,7 @@ operations fuse into one loop over ``n``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
@@ -84,7 +85,7 @@ def interpolate(K: int, t, tn, psi, phi, kord):
     return combine(coef, phi)
 
 
-def enforce_constraints(constraints: tuple[int, ...], ee, y, y_last, ewt, tol):
+def enforce_constraints(constraints: Sequence[int], ee, y, y_last, ewt, tol):
     """IDA's constraint check after a converged corrector (``IDANls``).
 
     Where ``y`` violates a constraint, the correction ``v`` moves it onto the bound (0, or
@@ -132,7 +133,7 @@ def predict(K: int, t, t1, h, k, hused, kused, ns, psi, phi) -> Predicted:
     last = h >= remaining
     ns = jnp.where((h != hused) | (k != kused), 0, ns)
     ns = jnp.minimum(ns + 1, kused + 2)
-    psi_new, alpha, beta, sigma, gamma, cj, ck = coefficients(K, h, k, ns, psi)
+    psi_new, _alpha, beta, sigma, gamma, cj, ck = coefficients(K, h, k, ns, psi)
     # phi* = beta phi on rows ns..k, kept as scale factors (never materialized).
     rows = jnp.arange(K + 2)
     bfull = jnp.concatenate([beta, jnp.ones((1,), dtype)])
@@ -210,11 +211,12 @@ def complete_step(K: int, max_step: float, p: Predicted, e: ErrorTest, ee, k, ku
     grow0 = nst > 1
     k_next = jnp.where(phase == 0, jnp.where(grow0, k + 1, k), k1)
     h_next = jnp.minimum(jnp.where(phase == 0, jnp.where(grow0, 2.0 * h, h), hnew), max_step)
-    suffix = [None] * (K + 2)
+    suffix = []  # built from j = K + 1 down to 0, then put in order
     acc = ee
     for j in range(K + 1, -1, -1):  # phi_j <- sum_{i=j..k} phi*_i + ee for j <= k
         acc = acc + p.order_mask[j] * p.phi_star[j]
-        suffix[j] = acc
+        suffix.append(acc)
+    suffix.reverse()
     phi_new = tuple(jnp.where(j <= k, suffix[j], jnp.where((j == k + 1) & (k < K), ee,
                                                             p.phi_star[j]))
                     for j in range(K + 2))

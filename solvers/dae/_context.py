@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..linear import LinearSolver, linear_solver
+from ..linear import CuDSS, LinearSolver, linear_solver
 from ._jida import JIDA
 from ._problem import DAEProblem
 
@@ -36,7 +36,7 @@ class Context:
 
     @property
     def n(self) -> int:
-        return self.problem.n
+        return self.problem.pattern.n  # the problem's n, which it sets from its pattern
 
     def residual(self, t: jax.Array, y: jax.Array, yp: jax.Array, args: Any) -> jax.Array:
         out = self.problem.residual(t, y, yp, args)
@@ -92,7 +92,7 @@ def context(problem: DAEProblem, solver: JIDA) -> Context:
         logger.info("a 'model' axis of %d CPU devices: %s factors the whole matrix in each "
                     "process (model parallelism needs cuDSS on GPUs)", mesh.shape["model"],
                     backend.name)
-    if mesh is not None and backend.name == "cudss" and isinstance(solver.linear, str):
+    if mesh is not None and isinstance(backend, CuDSS) and isinstance(solver.linear, str):
         backend = type(backend).on_mesh(mesh)  # factors across the mesh's 'model' axis
     symbolic = backend.analyse(problem.pattern)
     n_colors, color = problem.pattern.coloring()

@@ -128,7 +128,7 @@ def initialize(ctx: Context, t0, h, ewt, numeric, y0, yp0, args) -> Initialized:
 
 @initialize.defjvp
 def _initialize_jvp(ctx, primals, tangents):
-    t0, h, ewt, numeric, y0, yp0, args = primals
+    t0, h, _ewt, _numeric, y0, _yp0, args = primals
     dy0, dargs = tangents[4], tangents[6]  # y'_a does not enter F: its tangent is unused
     out = initialize(ctx, *primals)
     backend, symbolic = ctx.backend, ctx.symbolic

@@ -16,7 +16,7 @@ tolerance of ``0.1 newton_tol`` in the norm of the tangent itself.
 from __future__ import annotations
 
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +43,9 @@ class Corrected(NamedTuple):
     residuals: jax.Array   # int32: residual evaluations
 
 
-def _float0(x: jax.Array) -> np.ndarray:
+def _float0(x: jax.Array) -> Any:
+    """The tangent of a bool or integer array: float0 zeros, a numpy array that JAX takes where
+    the tangent's `jax.Array` goes (hence ``Any``)."""
     return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
 
 
@@ -98,7 +100,7 @@ def correct(ctx: Context, t, cj, scale, ewt, ss, numeric, y_pred, yp_pred, args)
 
 @correct.defjvp
 def _correct_jvp(ctx, primals, tangents):
-    t, cj, scale, ewt, ss, numeric, y_pred, yp_pred, args = primals
+    t, cj, scale, _ewt, _ss, numeric, _y_pred, _yp_pred, args = primals
     dy_pred, dyp_pred, dargs = tangents[6], tangents[7], tangents[8]
     out = correct(ctx, *primals)
     y, yp = out.y, out.yp

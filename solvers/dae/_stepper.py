@@ -12,6 +12,7 @@ the derivative of a solve is that of the discrete solution on the steps it took.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -93,7 +94,7 @@ class _Solved(NamedTuple):
     eta_c: jax.Array        # the step ratio after a constraint failure
 
 
-def _nonlinear_solve(ctx: Context, args: Any, constraints: tuple[int, ...] | None, temp1: float,
+def _nonlinear_solve(ctx: Context, args: Any, constraints: Sequence[int] | None, temp1: float,
                      st: _State, p: Predicted, ewt: jax.Array) -> _Solved:
     """IDANls: refactor when cj drifted (or asked for), correct by modified Newton, then check
     the constraints."""
@@ -146,7 +147,9 @@ def _save(K: int, ts: jax.Array, ok, p: Predicted, phi_new: tuple, k, save, ys):
 
 
 def _count(stats: _Stats, ok, nls_fail, err_fail, nl: _Solved, pivot) -> _Stats:
-    i32 = lambda b: b.astype(jnp.int32)  # noqa: E731
+    def i32(b: jax.Array) -> jax.Array:
+        return b.astype(jnp.int32)
+
     corr = nl.corr
     return _Stats(
         steps=stats.steps + i32(ok),

@@ -43,7 +43,9 @@ def _arguments(coordinator_address: str | None, num_processes: int | None,
 def _cpu_setup(cpu_devices: int | None) -> None:
     """Collectives between processes on CPU need gloo; emulated CPU devices per process."""
     try:
-        if jax.config.jax_cpu_collectives_implementation in (None, "none"):
+        # jax.config's options are attributes it sets at run time, unseen by type checkers
+        option = jax.config.jax_cpu_collectives_implementation  # type: ignore[attr-defined]
+        if option in (None, "none"):
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
     except AttributeError:  # pragma: no cover (a JAX without the option: gloo is built in)
         pass

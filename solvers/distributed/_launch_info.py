@@ -54,7 +54,7 @@ class Launch:
 NONE = Launch("none", None, 1, 0)
 
 
-def parse_address(address: str, what: str) -> tuple[str, int]:
+def parse_address(address: str | None, what: str) -> tuple[str, int]:
     """``"host:port"`` as ``(host, port)``; a clear error naming ``what`` otherwise."""
     host, sep, port = str(address).rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65535:

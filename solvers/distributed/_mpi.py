@@ -15,7 +15,7 @@ _TAG = 7121
 def mpi_available() -> bool:
     """Whether mpi4py imports (it initialises MPI on import)."""
     try:
-        import mpi4py  # noqa: F401
+        import mpi4py  # noqa: F401 -- imported only to learn whether it imports
     except ImportError:
         return False
     return True

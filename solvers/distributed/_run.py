@@ -11,8 +11,9 @@ import logging
 import os
 import traceback
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
@@ -95,7 +96,7 @@ def _serve(transport: Transport, problem: InferenceProblem, owned: list[str]) ->
         _, theta, second = message
         try:
             transport.reply(("ok",) + compressed(mine, theta, second))
-        except Exception:
+        except Exception:  # noqa: BLE001 -- any error in this share's evaluation goes to process 0, which raises it
             transport.reply(("error", traceback.format_exc()))
         served += 1
 
@@ -146,7 +147,8 @@ class _Run:
                     launch.num_processes, [len(o) for o in owned])
         return lowered
 
-    def _fetch(self, theta: np.ndarray, second: bool) -> tuple[np.ndarray, ...]:
+    def _fetch(self, theta: np.ndarray, second: bool
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         assert self._transport is not None
         try:
             self._transport.broadcast(("eval", theta, second))
@@ -163,13 +165,19 @@ class _Run:
         remote = BucketPlan(Remote(self._key, flat.names, rows), flat.names, None, 1, True)
         sharding = NamedSharding(mine.mesh, PartitionSpec("data"))
         dtype = jnp.result_type(float)
-        one = lambda a: _place(np.asarray(a)[None], sharding)
+
+        def one(a: Any) -> jax.Array:
+            return _place(np.asarray(a)[None], sharding)
+
         data = {"times": one(np.zeros(rows, dtype)), "conditions": {},
                 "index": one(np.arange(n, dtype=np.int32)),
                 "obs": one(np.arange(rows, dtype=np.int32)),
                 "weights": one(np.ones(rows, dtype)), "values": one(np.zeros(rows, dtype))}
         replicated = NamedSharding(mine.mesh, PartitionSpec())
-        put = lambda a: _place(np.asarray(a, dtype=dtype), replicated)
+
+        def put(a: Any) -> jax.Array:
+            return _place(np.asarray(a, dtype=dtype), replicated)
+
         x0, lo, hi, typical = flat.internal()
         noise_known = all(m.noise is not None for e in problem.experiments
                           for m in e.measurements)
@@ -194,7 +202,7 @@ class _Run:
             self._transport = None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+                 tb: TracebackType | None) -> Literal[False]:
         self._stop()
         if exc is not None and self._lost is not None and exc is not self._lost:
             raise self._lost from exc

@@ -40,8 +40,8 @@ def assign(problem: InferenceProblem, processes: int) -> list[list[str]]:
     """The experiment ids of each process: by ``work`` when every experiment gives one
     (longest first), else in order in equal contiguous blocks."""
     experiments = problem.experiments
-    work = [e.work for e in experiments]
-    if all(w is not None for w in work) and len(experiments) > processes:
+    work = [e.work for e in experiments if e.work is not None]
+    if len(work) == len(experiments) and len(experiments) > processes:
         groups = _balance.longest_first(work, processes)
     else:
         groups = _balance.contiguous(len(experiments), processes)
@@ -65,10 +65,10 @@ def share(problem: InferenceProblem, owned: Sequence[str]) -> Share:
     buckets = build_buckets(problem, flat)
     mesh = Mesh(np.array(jax.local_devices()[:1], dtype=object), (DATA,))
     sharding = NamedSharding(mesh, PartitionSpec(DATA))
-    owned = set(owned)
+    ids = set(owned)
     plans, data = [], []
     for b in buckets:
-        keep = [i for i, e in enumerate(b.experiments) if e.id in owned]
+        keep = [i for i, e in enumerate(b.experiments) if e.id in ids]
         if not keep:
             continue
         mine = HostBucket(b.plan, [b.experiments[i] for i in keep], [b.times[i] for i in keep],

@@ -89,7 +89,7 @@ def resolve(host: str, port: int, nodes: int = 1) -> tuple[int, int, int, tuple]
     except socket.gaierror as exc:
         raise OSError(f"process 0 cannot resolve its host {host!r} to listen on ({exc}); give a "
                       "host name or address of process 0's node") from None
-    if nodes > 1 and ipaddress.ip_address(sockaddr[0].split("%")[0]).is_loopback:
+    if nodes > 1 and ipaddress.ip_address(str(sockaddr[0]).split("%")[0]).is_loopback:
         raise ValueError(f"process 0's host {host!r} resolves to the loopback address "
                          f"{sockaddr[0]} on its own node, but the job spans {nodes} nodes, which "
                          "could not connect there; make the node's name resolve to its network "
@@ -328,7 +328,7 @@ class TcpTransport(Transport):
                 for key, _ in events:
                     rank = key.data
                     try:
-                        replies[rank] = _recv(key.fileobj)
+                        replies[rank] = _recv(self._peers[rank])
                     except EOFError:
                         raise WorkerLost(f"process {rank} died: its connection to process 0 "
                                          "closed before it answered (see its output for the "

@@ -71,5 +71,5 @@ class Transport(abc.ABC):
     def reply(self, message: Any) -> None:
         """A worker: answer process 0."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 -- an optional hook: a transport with nothing to release keeps it
         """Release connections (idempotent)."""

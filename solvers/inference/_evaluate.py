@@ -100,7 +100,8 @@ def evaluate(plan: Plan, data: tuple[dict[str, Any], ...], x: jax.Array, *,
         return jax.tree.map(lambda a: jax.lax.psum(a, DATA), totals)
 
     data_specs = jax.tree.map(lambda _: PartitionSpec(DATA), data)
-    out_specs = Totals(*(PartitionSpec(),) * 4)
+    # shard_map's out_specs: a Totals of PartitionSpecs, the pytree of the output's layout
+    out_specs = Totals(*(PartitionSpec(),) * 4)  # type: ignore[arg-type]
     return shard_map(local, plan.mesh, (PartitionSpec(), data_specs), out_specs)(x, data)
 
 

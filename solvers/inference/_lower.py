@@ -165,7 +165,8 @@ def _bucket_arrays(bucket: HostBucket, order: list[int], index: np.ndarray,
             loaded[i] = np.concatenate(parts)
         return loaded[i]
 
-    def values(idx: tuple[slice, ...]) -> np.ndarray:
+    def values(idx: tuple[slice, ...] | None) -> np.ndarray:
+        assert idx is not None  # typed Optional by JAX, which always passes a shard's index
         slots = range(len(order))[idx[0]]
         block = np.zeros((len(slots), n_rows))
         for j, slot in enumerate(slots):
@@ -223,8 +224,11 @@ def lower(problem: InferenceProblem, layout: Layout | None = None) -> LoweredPro
     sharding = NamedSharding(mesh, PartitionSpec(DATA))
     replicated = NamedSharding(mesh, PartitionSpec())
 
-    data, per_device, device_work = [], [[] for _ in range(n_dev)], [0.0] * n_dev
-    balanced, work_known, experiment_work = False, True, {}
+    data: list[dict[str, Any]] = []
+    per_device: list[list[str]] = [[] for _ in range(n_dev)]
+    device_work = [0.0] * n_dev
+    experiment_work: dict[str, float] = {}
+    balanced, work_known = False, True
     for bucket in buckets:
         index = parameter_index(bucket, problem, flat)
         n = len(bucket.experiments)

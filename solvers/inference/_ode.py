@@ -72,9 +72,10 @@ class ODEModel:
     def __call__(self, params: Mapping[str, Any], conditions: Mapping[str, Any],
                  times: jax.Array) -> Any:
         states, _ = self._solve(params, conditions, times)
-        if self.observe is None:
+        observe = self.observe
+        if observe is None:
             return states
-        return jax.vmap(lambda y: self.observe(y, params, conditions))(states)
+        return jax.vmap(lambda y: observe(y, params, conditions))(states)
 
     def steps(self, params: Mapping[str, Any], conditions: Mapping[str, Any],
               times: jax.Array) -> jax.Array:

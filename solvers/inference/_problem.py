@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -157,7 +157,7 @@ def _no_nan(array: np.ndarray, what: str, times: np.ndarray) -> None:
                          "those observations (and their times) before building the Measurement")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class Experiment:
     """One experiment: a model, its conditions and what was measured.
 
@@ -168,21 +168,28 @@ class Experiment:
         measurements: one `Measurement` or a sequence of them (at least one).
         work: an optional estimate of this experiment's cost (e.g. solver steps) used by
             ``Layout(balance_steps=...)`` when the model cannot count its own steps.
+
+    Once built, ``conditions`` is a dict of float64 arrays and ``measurements`` a tuple.
     """
 
     id: str
     model: Model
-    conditions: Mapping[str, Any] | None = None
-    measurements: Measurement | Sequence[Measurement] = ()
-    work: float | None = None
+    conditions: dict[str, np.ndarray]
+    measurements: tuple[Measurement, ...]
+    work: float | None
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
-            raise ValueError(f"Experiment id must be a non-empty string, got {self.id!r}")
-        if not callable(self.model):
-            raise TypeError(f"experiment {self.id!r}: model must be callable "
-                            f"model(params, conditions, times), got {type(self.model).__name__}")
-        measurements = self.measurements
+    # Written out (not generated) so that the fields hold the checked values with their own
+    # types while the arguments take what users pass.
+    def __init__(self, id: str, model: Model, conditions: Mapping[str, Any] | None = None,
+                 measurements: Measurement | Sequence[Measurement] = (),
+                 work: float | None = None) -> None:
+        if not isinstance(id, str) or not id:
+            raise ValueError(f"Experiment id must be a non-empty string, got {id!r}")
+        object.__setattr__(self, "id", id)
+        if not callable(model):
+            raise TypeError(f"experiment {id!r}: model must be callable "
+                            f"model(params, conditions, times), got {type(model).__name__}")
+        object.__setattr__(self, "model", model)
         if isinstance(measurements, Measurement):
             measurements = (measurements,)
         measurements = tuple(measurements)
@@ -196,8 +203,8 @@ class Experiment:
                                 f"{type(m).__name__}, expected a Measurement")
             m.check(f"experiment {self.id!r}, measurement {i}")
         object.__setattr__(self, "measurements", measurements)
-        conditions = {} if self.conditions is None else dict(self.conditions)
-        for name, value in conditions.items():
+        arrays = {} if conditions is None else dict(conditions)
+        for name, value in arrays.items():
             try:
                 array = np.asarray(value, dtype=np.float64)
             except (TypeError, ValueError):
@@ -206,20 +213,21 @@ class Experiment:
             if not np.isfinite(array).all():
                 raise ValueError(f"experiment {self.id!r}: condition {name!r} is not finite: "
                                  f"{value!r}")
-            conditions[name] = array
-        object.__setattr__(self, "conditions", conditions)
-        if self.work is not None:
-            work = _finite_float(self.work, f"experiment {self.id!r} work")
-            if not (math.isfinite(work) and work >= 0):
-                raise ValueError(f"experiment {self.id!r}: work must be >= 0, got {self.work!r}")
-            object.__setattr__(self, "work", work)
+            arrays[name] = array
+        object.__setattr__(self, "conditions", arrays)
+        if work is not None:
+            cost = _finite_float(work, f"experiment {self.id!r} work")
+            if not (math.isfinite(cost) and cost >= 0):
+                raise ValueError(f"experiment {self.id!r}: work must be >= 0, got {work!r}")
+            work = cost
+        object.__setattr__(self, "work", work)
 
 
 def _default_group(experiment: Experiment) -> str:
     return experiment.id
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class InferenceProblem:
     """A joint fit of experiments: shared parameters, and optionally per-group ones.
 
@@ -231,16 +239,22 @@ class InferenceProblem:
         groups: maps an experiment to its group name; default: its id (one copy per experiment).
             E.g. ``lambda e: e.id.split("-")[0]`` gives one copy per particle ``"A"``, ``"B"``.
 
-    ``Study`` is the same class under the name the hierarchical pages use.
+    ``Study`` is the same class under the name the hierarchical pages use. Once built, the
+    three sequences are tuples.
     """
 
-    experiments: Sequence[Experiment]
-    parameters: Sequence[Parameter] = ()
-    per_experiment: Sequence[Parameter] = ()
-    groups: Callable[[Experiment], str] = field(default=_default_group)
+    experiments: tuple[Experiment, ...]
+    parameters: tuple[Parameter, ...]
+    per_experiment: tuple[Parameter, ...]
+    groups: Callable[[Experiment], str]
 
-    def __post_init__(self) -> None:
-        experiments = tuple(self.experiments)
+    # Written out (not generated) so that the fields hold tuples while the arguments take any
+    # sequence.
+    def __init__(self, experiments: Sequence[Experiment], parameters: Sequence[Parameter] = (),
+                 per_experiment: Sequence[Parameter] = (),
+                 groups: Callable[[Experiment], str] = _default_group) -> None:
+        object.__setattr__(self, "groups", groups)
+        experiments = tuple(experiments)
         if not experiments:
             raise ValueError("InferenceProblem needs at least one experiment")
         seen: set[str] = set()
@@ -251,7 +265,7 @@ class InferenceProblem:
             if e.id in seen:
                 raise ValueError(f"experiment id {e.id!r} appears twice; ids must be unique")
             seen.add(e.id)
-        shared, local = tuple(self.parameters), tuple(self.per_experiment)
+        shared, local = tuple(parameters), tuple(per_experiment)
         if not shared and not local:
             raise ValueError("InferenceProblem has no parameters; pass parameters=(...) "
                              "(shared) and/or per_experiment=(...)")

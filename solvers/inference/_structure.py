@@ -47,17 +47,24 @@ class FlatParameters:
                 lo.append(p.lower)
                 hi.append(p.upper)
                 typical.append(p.scale or (abs(p.initial) if p.initial != 0 else 1.0))
-        return tuple(np.asarray(v, dtype=np.float64) for v in (x0, lo, hi, typical))
+        return (np.asarray(x0, dtype=np.float64), np.asarray(lo, dtype=np.float64),
+                np.asarray(hi, dtype=np.float64), np.asarray(typical, dtype=np.float64))
 
 
 def flat_parameters(problem: InferenceProblem) -> FlatParameters:
-    names, base, group = [], [], []
+    names: list[str] = []
+    base: list[Parameter] = []
+    group: list[str | None] = []
     for p in problem.parameters:
-        names.append(p.name), base.append(p), group.append(None)
+        names.append(p.name)
+        base.append(p)
+        group.append(None)
     groups = list(dict.fromkeys(problem.group_of(e) for e in problem.experiments))
     for p in problem.per_experiment:
         for g in groups:
-            names.append(f"{p.name}[{g}]"), base.append(p), group.append(g)
+            names.append(f"{p.name}[{g}]")
+            base.append(p)
+            group.append(g)
     index = {(p.name, g): i for i, (p, g) in enumerate(zip(base, group))}
     return FlatParameters(tuple(names), tuple(base), tuple(group), index)
 

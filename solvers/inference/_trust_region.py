@@ -168,11 +168,12 @@ def run(plan: Plan, method: _Method, data: tuple[dict[str, Any], ...], x0: jax.A
     t0 = value(x0)
     diag = jnp.sqrt(jnp.diag(t0.gauss_newton))
     d0 = jnp.where(diag > 0, diag, 1.0)
-    if method.damped:
+    if isinstance(method, LevenbergMarquardt):  # the damped method
         mu0 = jnp.max(jnp.diag(t0.gauss_newton) * _size(x0, typical, log) ** 2)
         limit0 = method.initial_damping * jnp.where(mu0 > 0, mu0, 1.0)
     else:
-        radius = method.initial_radius
+        radius = (method.initial_radius
+                  if isinstance(method, (TrustRegion, NewtonTrustRegion)) else None)
         limit0 = jnp.asarray(1.0 if radius is None else radius)
     ok0 = _finite(t0)
     status0 = jnp.where(ok0, _check(method, x0, t0, d0, lo, hi, _size(x0, typical, log)),

@@ -13,7 +13,7 @@ from jax.custom_batching import custom_vmap, sequential_vmap
 
 from ._pattern import Pattern
 
-__all__ = ["FACTOR", "KEEP", "REFACTOR", "LinearSolver", "Symbolic", "require_x64"]
+__all__ = ["FACTOR", "KEEP", "REFACTOR", "LinearSolver", "Symbolic", "require_x64", "x64_enabled"]
 
 #: ``mode`` values of `LinearSolver.update`.
 KEEP, REFACTOR, FACTOR = 0, 1, 2
@@ -22,9 +22,15 @@ Symbolic = Any
 Numeric = Any
 
 
+def x64_enabled() -> bool:
+    """Whether JAX's float64 is on (``jax_enable_x64``)."""
+    # jax.config's options are attributes it sets at run time, unseen by type checkers
+    return bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]
+
+
 def require_x64(name: str) -> None:
     """Refuse to run backend ``name`` (float64 values, uint64 handles) without JAX's x64."""
-    if not jax.config.jax_enable_x64:
+    if not x64_enabled():
         raise RuntimeError(f"linear={name!r} factors in float64 and passes its handles as "
                            "uint64, which JAX disables by default; call "
                            "jax.config.update('jax_enable_x64', True) at start-up (or use "

@@ -6,7 +6,7 @@ import logging
 
 import jax
 
-from ._base import LinearSolver
+from ._base import LinearSolver, x64_enabled
 from ._cudss import CuDSS, cudss_available
 from ._dense import Dense
 from ._klu import KLU, klu_available
@@ -37,7 +37,7 @@ def linear_solver(linear: str | LinearSolver = "auto") -> LinearSolver:
         return BACKENDS[linear]()
     platform = jax.default_backend()
     if platform == "cpu":
-        if klu_available() and jax.config.jax_enable_x64:
+        if klu_available() and x64_enabled():
             return KLU()
         logger.info("linear='auto' on CPU: %s; using dense LU",
                     "float64 is off (KLU needs jax_enable_x64)" if klu_available() else

@@ -5,6 +5,7 @@ cols x cols matrix does not fit."""
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass
 from typing import Any
@@ -107,7 +108,7 @@ class _Local:
         return np.concatenate([_rhs(b, self.gw) for b in self.system])
 
     def column_sumsq(self) -> np.ndarray:
-        return sum(_column_sumsq(b, self.gw) for b in self.system)
+        return functools.reduce(operator.add, (_column_sumsq(b, self.gw) for b in self.system))
 
     def matvec(self, x: np.ndarray) -> np.ndarray:
         out = np.empty(self.offsets[-1])

@@ -106,7 +106,7 @@ def _block_sums(block: Block, *, x: np.ndarray,
                 group_weights: np.ndarray | None) -> dict[int, tuple[float, ...]]:
     r2 = (block.A @ x - block.y) ** 2
     w = block.weights(group_weights)
-    out = {}
+    out: dict[int, tuple[float, ...]] = {}
     for code in np.unique(block.groups):
         rows = block.groups == code
         r2g = r2[rows]

@@ -47,7 +47,7 @@ def solve(system: BlockSystem, method: str = "qr", /, *, ridge: float = 0.0,
 
 
 @overload
-def solve(A: ArrayLike, b: ArrayLike, *, method: str = "qr", weights: ArrayLike | None = None,
+def solve(A: ArrayLike, b: ArrayLike, /, *, method: str = "qr", weights: ArrayLike | None = None,
           ridge: float = 0.0, ridge_matrix: ArrayLike | None = None,
           validation: tuple[ArrayLike, ...] | None = None, tol: float = 1e-12,
           max_iterations: int | None = None, diagnostics: bool = True,
@@ -150,7 +150,7 @@ def _solve(system: BlockSystem, method: str, *, ridge: float, ridge_matrix: Any,
                                       else np.sqrt(ridge) * L)
         out = solve_lsqr(system, pen, gw, client=client, tol=tol, max_iterations=max_iterations,
                          conlim=1.0 / rank_tol if rank_tol > 0 else 0.0)
-        fit = {"coefficients": out.x, "cond": out.cond, "scaled_cond": out.cond,
+        fit: dict[str, Any] = {"coefficients": out.x, "cond": out.cond, "scaled_cond": out.cond,
                "digits": _digits(max(tol, EPS) * out.cond), "iterations": out.iterations,
                "stop_reason": out.stop_reason, "converged": out.converged}
         factor = None
@@ -262,7 +262,7 @@ def _group_weights(weights: Mapping[str | int, float] | None,
     names = {name: code for code, name in enumerate(system.group_names or ())}
     out = np.ones(MAX_GROUPS)
     for key, factor in weights.items():
-        code = names.get(key, key)
+        code = names.get(key, key) if isinstance(key, str) else key
         if not isinstance(code, int) or not 0 <= code < MAX_GROUPS:
             known = ", ".join(repr(n) for n in names) or "none; the store has no group_names"
             raise ValueError(f"group_weights key {key!r} is not a group (names: {known}; or "

@@ -96,12 +96,13 @@ class BlockStore:
         return BlockSystem(refs, verify=verify, group_names=self.group_names,
                            ledger=None if ledger is None else str(ledger))
 
-    def verify(self, source: Any) -> list[str]:
-        """The task ids whose block file is missing or damaged (every byte is read).
+    def verify(self, source: Any) -> list[str | None]:
+        """The task ids whose block file is missing or damaged (every byte is read); ``None``
+        for a block given as a result without a ``task_id``.
 
         Forget them all at once (``campaign forget LEDGER ID...``) and run the assembly again.
         """
-        bad = []
+        bad: list[str | None] = []
         for ref in self.refs(source):
             try:
                 read_block(ref, verify=True)

@@ -62,7 +62,8 @@ def _scaled(block: Block, group_weights: np.ndarray | None) -> np.ndarray:
 
 
 def _r(M: np.ndarray) -> np.ndarray:
-    return np.linalg.qr(M, mode="r")
+    # numpy's stubs give every mode the (Q, R) result; mode="r" returns R alone
+    return np.linalg.qr(M, mode="r")  # type: ignore[return-value]
 
 
 def _r_of_block(block: Block, *, group_weights: np.ndarray | None) -> np.ndarray:
