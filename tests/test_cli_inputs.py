@@ -188,3 +188,39 @@ def test_csv_error_position():
     assert csv_error_position('a,b\n1,"2"x\n') == (2, 6)
     assert csv_error_position('a,b\n1,"2\n') == (2, 3)
     assert csv_error_position('a,b\n"1\n""2""",3\n') is None  # a quoted cell over two lines
+
+
+def test_a_new_keyword_of_render_array_script_is_accepted_in_the_spec_array_table(
+        tmp_path, monkeypatch):
+    """The ``[array]`` keys are read from `render_array_script`'s signature: a keyword added to
+    it (here ``qos``) is accepted from the spec and reaches the script, and only then."""
+    import inspect
+
+    from click.testing import CliRunner
+
+    import schedulers.slurm
+    from campaign._cli import cli
+    from campaign._cli._submit import array_keys
+
+    real = schedulers.slurm.render_array_script
+
+    def render(*, qos=None, **options):
+        return real(**options).replace("#SBATCH --ntasks=1\n",
+                                       f"#SBATCH --ntasks=1\n#SBATCH --qos={qos}\n")
+
+    qos = inspect.Parameter("qos", inspect.Parameter.KEYWORD_ONLY, default=None)
+    render.__signature__ = inspect.signature(real).replace(  # type: ignore[attr-defined]
+        parameters=[*inspect.signature(real).parameters.values(), qos])
+    write_model(tmp_path)
+    write_json_items(tmp_path / "items.json", 2)
+    (tmp_path / "campaign.toml").write_text('target = "model.py:fit"\nitems = "items.json"\n'
+                                            'ledger = "fits.json"\n[array]\nqos = "long"\n')
+    monkeypatch.chdir(tmp_path)
+    submit = ["submit", "campaign.toml", "--array", "2", "--dry-run"]
+    refused = CliRunner().invoke(cli, submit)
+    assert refused.exit_code == 2 and "unknown key 'qos'" in refused.output, refused.output
+    monkeypatch.setattr(schedulers.slurm, "render_array_script", render)
+    assert "qos" in array_keys()
+    done = CliRunner().invoke(cli, submit)
+    assert done.exit_code == 0, done.output
+    assert "#SBATCH --qos=long\n" in done.stdout and not (tmp_path / "fits.json").exists()

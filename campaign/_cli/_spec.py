@@ -120,12 +120,12 @@ def resolve(target: str, flags: dict[str, Any]) -> RunConfig:
 def _table_hint(data: dict[str, Any], unknown: list[str]) -> str:
     """`` (did you mean [options] workers = 2?)`` for a key that belongs in a table: an option
     of a scheduler (``[options]``) or of `campaign submit` (``[array]``)."""
-    from ._submit import ARRAY_KEYS
+    from ._submit import array_keys
 
-    options = scheduler_options()
+    options, array = scheduler_options(), array_keys()
     hints = []
     for key in unknown:
-        tables = [t for t, keys in (("options", options), ("array", ARRAY_KEYS)) if key in keys]
+        tables = [t for t, keys in (("options", options), ("array", array)) if key in keys]
         if tables:
             hints.append(" or ".join(f"[{t}] {key} = {_toml_value(data[key])}" for t in tables))
     return f" (did you mean {'; '.join(hints)}?)" if hints else ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import shlex
 import sys
@@ -14,11 +15,25 @@ from ._common import EXIT_FAILED, EXIT_OK, BadInput, plural, verbose_option, wit
 from ._inputs import read_items
 from ._spec import resolve
 
-#: Keys of the spec's ``[array]`` table (each also a command-line option).
-ARRAY_KEYS = ("time", "partition", "account", "cpus_per_task", "mem", "gpus_per_task",
-              "signal_before_end", "extra_directives", "prologue", "lease_seconds", "log_dir",
-              "job_name")
+#: The keywords of `render_array_script` that `campaign submit` sets itself.
+_SET_BY_SUBMIT = frozenset({"command", "array", "workdir"})
 _ARRAY = re.compile(r"^(\d+)(?:%(\d+))?$")
+
+
+def array_keys() -> tuple[str, ...]:
+    """The keys of the spec's ``[array]`` table: every keyword of
+    `schedulers.slurm.render_array_script` (read from its signature) but those `campaign submit`
+    sets itself, then the workers' ``lease_seconds``."""
+    from schedulers.slurm import render_array_script
+
+    names = inspect.signature(render_array_script).parameters
+    return (*(name for name in names if name not in _SET_BY_SUBMIT), "lease_seconds")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ARRAY_KEYS":  # read when asked for: the CLI starts without importing Slurm's code
+        return array_keys()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @click.command("submit", short_help="Start a Slurm job array of workers for a campaign.")
@@ -110,11 +125,12 @@ def _elements(array: str) -> str:
 
 
 def _array_options(table: dict[str, Any], spec: Path | None, **flags: Any) -> dict[str, Any]:
-    unknown = [k for k in table if k not in ARRAY_KEYS]
+    keys = array_keys()
+    unknown = [k for k in table if k not in keys]
     if unknown:
         raise BadInput(f"spec file {spec}: [array] has the unknown "
                        f"{'key' if len(unknown) == 1 else 'keys'} "
-                       f"{', '.join(map(repr, unknown))}; valid keys: {', '.join(ARRAY_KEYS)}")
+                       f"{', '.join(map(repr, unknown))}; valid keys: {', '.join(keys)}")
     opts = dict(table)
     opts.update({k: v for k, v in flags.items() if v is not None})
     return opts

@@ -79,28 +79,10 @@ def render_array_script(
     max_running = _check_array(array)
     directives = [f"--job-name={name}", f"--array={array}",
                   f"--output={_check_path('log_dir', log_dir)}/%A_%a.out", "--ntasks=1",
-                  f"--cpus-per-task={_positive('cpus_per_task', cpus_per_task)}"]
-    if time is not None:
-        directives.append(f"--time={_check_time(time)}")
-    if partition is not None:
-        directives.append(f"--partition={_check_word('partition', partition)}")
-    if account is not None:
-        directives.append(f"--account={_check_word('account', account)}")
-    if mem is not None:
-        if not isinstance(mem, str) or not _MEMORY.fullmatch(mem):
-            raise ValueError(f"mem={mem!r} is not a Slurm memory size; write e.g. '4G', "
-                             "'500M' or '2048' (megabytes)")
-        directives.append(f"--mem={mem}")
-    if gpus_per_task is not None:
-        directives.append(f"--gpus-per-task={_positive('gpus_per_task', gpus_per_task)}")
-    if signal_before_end is not None:
-        seconds = _positive("signal_before_end", signal_before_end)
-        if seconds > _SIGNAL_MAX:
-            raise ValueError(f"signal_before_end={seconds} is more than Slurm's limit of "
-                             f"{_SIGNAL_MAX} seconds")
-        directives.append(f"--signal=B:USR1@{seconds}")
-    if workdir is not None:
-        directives.append(f"--chdir={_check_path('workdir', workdir)}")
+                  f"--cpus-per-task={_positive('cpus_per_task', cpus_per_task)}",
+                  *_optional(time=time, partition=partition, account=account, mem=mem,
+                             gpus_per_task=gpus_per_task, signal_before_end=signal_before_end,
+                             workdir=workdir)]
     for extra in _lines("extra_directives", extra_directives):
         if not extra.startswith("-"):
             raise ValueError(f"extra_directives: {extra!r} is not an sbatch option; write it as "
@@ -154,6 +136,35 @@ def format_walltime(seconds: int) -> str:
 
 
 # ---------------------------------------------------------------------- checks
+def _optional(*, time: str | int | None, partition: str | None, account: str | None,
+              mem: str | None, gpus_per_task: int | None, signal_before_end: int | None,
+              workdir: str | os.PathLike[str] | None) -> list[str]:
+    """The directives of the options given (not None), each checked, in the script's order."""
+    directives = []
+    if time is not None:
+        directives.append(f"--time={_check_time(time)}")
+    if partition is not None:
+        directives.append(f"--partition={_check_word('partition', partition)}")
+    if account is not None:
+        directives.append(f"--account={_check_word('account', account)}")
+    if mem is not None:
+        if not isinstance(mem, str) or not _MEMORY.fullmatch(mem):
+            raise ValueError(f"mem={mem!r} is not a Slurm memory size; write e.g. '4G', "
+                             "'500M' or '2048' (megabytes)")
+        directives.append(f"--mem={mem}")
+    if gpus_per_task is not None:
+        directives.append(f"--gpus-per-task={_positive('gpus_per_task', gpus_per_task)}")
+    if signal_before_end is not None:
+        seconds = _positive("signal_before_end", signal_before_end)
+        if seconds > _SIGNAL_MAX:
+            raise ValueError(f"signal_before_end={seconds} is more than Slurm's limit of "
+                             f"{_SIGNAL_MAX} seconds")
+        directives.append(f"--signal=B:USR1@{seconds}")
+    if workdir is not None:
+        directives.append(f"--chdir={_check_path('workdir', workdir)}")
+    return directives
+
+
 def _check_job_name(name: str) -> str:
     if not isinstance(name, str) or not _JOB_NAME.fullmatch(name):
         raise ValueError(f"job_name={name!r} is not a usable job name; use letters, digits and "
@@ -181,7 +192,7 @@ def _check_array(array: str) -> int | None:
                          "(elements 0 to 3), '0-99%10' (at most 10 running at once), '0-15:4' "
                          "or '1,3,5'")
     for part in match["parts"].split(","):
-        r = _RANGE.fullmatch(part)
+        r = _range(part)
         if r["hi"] is not None and int(r["hi"]) < int(r["lo"]):
             raise ValueError(f"array={array!r}: the range {part!r} ends before it starts")
         if r["step"] is not None and int(r["step"]) == 0:
@@ -191,10 +202,18 @@ def _check_array(array: str) -> int | None:
     return None if match["max"] is None else int(match["max"])
 
 
+def _range(part: str) -> re.Match[str]:
+    """One part of an array range that `_ARRAY` has matched (so this matches too)."""
+    match = _RANGE.fullmatch(part)
+    if match is None:
+        raise ValueError(f"{part!r} is not an index or a range of indices")
+    return match
+
+
 def _elements(array: str, max_running: int | None) -> str:
     count = 0
     for part in array.split("%")[0].split(","):
-        r = _RANGE.fullmatch(part)
+        r = _range(part)
         lo, hi = int(r["lo"]), int(r["hi"] or r["lo"])
         count += len(range(lo, hi + 1, int(r["step"] or 1)))
     text = f"{count} element{'s' if count != 1 else ''}"
@@ -202,10 +221,10 @@ def _elements(array: str, max_running: int | None) -> str:
 
 
 def _check_time(time: str | int) -> str:
-    if isinstance(time, int) and not isinstance(time, bool):
-        return format_walltime(parse_walltime(time))
-    parse_walltime(time)
-    return time
+    if isinstance(time, str):
+        parse_walltime(time)
+        return time
+    return format_walltime(parse_walltime(time))
 
 
 def _check_word(what: str, value: str) -> str:
