@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 import orjson
 
-from ._common import duration, ledger_argument, plural, rate, scan_ledger, timestamp, verbose_option
+from .._records import Columns
+from .._status import RunStatus, Status
+from .._tally import STATUSES, SubmissionTally, Tally
+from ._common import BadInput, duration, ledger_argument, plural, rate, timestamp, verbose_option
 
 #: Running tasks listed by the text output (``--json`` lists all).
 RUNNING_SHOWN = 20
-#: While a run is live and longer than this, throughput is measured over its last this-many s.
-WINDOW = 300.0
-_STATUSES = ("pending", "running", "accepted", "failed", "interrupted")
+_STATUSES = STATUSES
 #: Array elements listed by the text output (``--json`` lists all).
 ELEMENTS_SHOWN = 20
 
@@ -45,21 +47,21 @@ def status_command(ledger: Path, as_json: bool, tasks_of: str | None) -> int:
     """
     gc.disable()  # parsing a large ledger makes millions of objects; none of them cyclic
     try:
-        head, chunks, over = scan_ledger(ledger)
+        head, blocks, over = scan_blocks(ledger)
         runs = head["runs"]
         last = runs[-1] if runs else {}
         if tasks_of is not None:
             by_status: dict[str, list[str]] = {s: [] for s in _STATUSES}
-            for chunk in chunks:
-                for tid, rec in chunk.items():
-                    by_status[rec["status"]].append(tid)
+            for chunk, cols in blocks:
+                for tid, status in zip(chunk, cols.fields["status"]):
+                    by_status[status].append(tid)
             click.echo(list_tasks(by_status, tasks_of, as_json), nl=False)
             return 0
-        submitted = last.get("status") == "submitted"
+        submitted = last.get("status") == RunStatus.SUBMITTED
         tally = Tally(runs, time.time())
-        sub = _SubmissionTally(ledger, last) if submitted else None
-        for chunk in chunks:
-            tally.add(chunk)
+        sub = SubmissionTally(ledger, last) if submitted else None
+        for chunk, cols in blocks:
+            tally.add(chunk, cols)
             if sub is not None:
                 sub.add(chunk)
     finally:
@@ -74,6 +76,28 @@ def status_command(ledger: Path, as_json: bool, tasks_of: str | None) -> int:
     else:
         click.echo(render(facts))
     return 0
+
+
+def scan_blocks(path: Path) -> tuple[dict[str, Any], Iterator[tuple[dict[str, Any], Columns]],
+                                     Any]:
+    """Stream a ledger without any lock (`campaign._scan.scan_columns`): its top-level fields,
+    its checked records and their columns chunk by chunk (array fragments applied, leased
+    tasks running) and the overlay; a problem found at the start or in a later chunk exits 2."""
+    from .._errors import LedgerError
+    from .._scan import scan_columns
+
+    try:
+        head, blocks, over = scan_columns(path)
+    except LedgerError as exc:
+        raise BadInput(str(exc)) from None
+
+    def checked() -> Iterator[tuple[dict[str, Any], Columns]]:
+        try:
+            yield from blocks
+        except LedgerError as exc:
+            raise BadInput(str(exc)) from None
+
+    return head, checked(), over
 
 
 def list_tasks(by_status: dict[str, list[str]], which: str, as_json: bool) -> str:
@@ -95,147 +119,6 @@ def summarize(doc: dict[str, Any], path: str, now: float, array_workers: int = 0
     tally = Tally(doc["runs"], now)
     tally.add(doc["tasks"])
     return tally.facts(doc, path, array_workers=array_workers, array_active=array_active)
-
-
-class Tally:
-    """What `campaign status` counts, added up chunk by chunk of records (`add`), so that a
-    ledger is summarized while it streams by (`campaign._scan`) and no record is kept."""
-
-    def __init__(self, runs: list[dict[str, Any]], now: float):
-        self.now = now
-        last = runs[-1] if runs else None
-        self.since = (last.get("started") or 0.0) if last else 0.0
-        self.counts = dict.fromkeys(_STATUSES, 0)
-        self.attempts = self.retried = self.most = self.interruptions = 0
-        self.ended_in_run = self.ended_recent = self.failed_before = self.total = 0
-        self.first_start: float | None = None  # of the attempts of this run that ended or run
-        self.last_end: float | None = None
-        self.by_type: dict[str, list[Any]] = {}
-        self.running: list[dict[str, Any]] = []
-
-    def add(self, tasks: dict[str, Any]) -> None:
-        """Count the records of ``tasks`` (task id -> record)."""
-        counts, since, recent_from, now = self.counts, self.since, self.now - WINDOW, self.now
-        by_type, running = self.by_type, self.running
-        attempts = retried = interruptions = ended_in_run = ended_recent = failed_before = 0
-        most, first_start, last_end = self.most, self.first_start, self.last_end
-        self.total += len(tasks)
-        for tid, rec in tasks.items():
-            status = rec["status"]
-            counts[status] += 1
-            n = rec.get("attempts") or 0
-            attempts += n
-            if n > 1:
-                retried += 1
-                most = max(most, n)
-            interruptions += rec.get("interruptions") or 0
-            if status == "accepted" or status == "failed":
-                ended = rec.get("ended") or 0.0
-                if ended >= since:
-                    ended_in_run += 1
-                    if ended >= recent_from:
-                        ended_recent += 1
-                    begun = rec.get("started")
-                    if n > 1:  # an earlier attempt of this run may have begun first
-                        begun = min([t for t in (h.get("started") for h in rec.get("history")
-                                                 or ()) if t is not None and t >= since]
-                                    + [begun or ended])
-                    if begun is not None and (first_start is None or begun < first_start):
-                        first_start = begun
-                    if last_end is None or ended > last_end:
-                        last_end = ended
-                elif status == "failed":
-                    failed_before += 1
-                if status == "failed":
-                    error = rec.get("error") or {}
-                    kind = error.get("type") or "?"
-                    entry = by_type.get(kind)
-                    if entry is None:
-                        by_type[kind] = [1, tid, error.get("message") or ""]
-                    else:
-                        entry[0] += 1
-            elif status == "running":
-                started = rec.get("started")
-                if started is not None and started >= since and (
-                        first_start is None or started < first_start):
-                    first_start = started
-                running.append({"task_id": tid, "host": rec.get("host"), "pid": rec.get("pid"),
-                                "worker": rec.get("worker"), "started": started,
-                                "age_s": None if started is None else max(0.0, now - started)})
-        self.attempts += attempts
-        self.retried += retried
-        self.interruptions += interruptions
-        self.ended_in_run += ended_in_run
-        self.ended_recent += ended_recent
-        self.failed_before += failed_before
-        self.most, self.first_start, self.last_end = most, first_start, last_end
-
-    def facts(self, doc: dict[str, Any], path: str, array_workers: int = 0,
-              array_active: bool = False) -> dict[str, Any]:
-        """The facts, with ``doc``'s top-level fields (its ``tasks`` are not looked at)."""
-        now, counts = self.now, self.counts
-        runs = doc["runs"]
-        last = runs[-1] if runs else None
-        submitted = last is not None and last.get("status") == "submitted"
-        active = last is not None and (last.get("status") == "running" or (
-            submitted and (array_workers > 0 or array_active)))
-        run_facts = throughput = eta = None
-        if last is not None:
-            run_facts = _last_run_facts(last, doc, now, active, self.ended_in_run,
-                                        self.ended_recent, self.first_start, self.last_end)
-            throughput = (run_facts["throughput_tasks"] / run_facts["throughput_seconds"]
-                          if run_facts["throughput_seconds"] > 0 else None)
-        remaining = counts["pending"] + counts["running"] + counts["interrupted"]
-        if active:
-            remaining += self.failed_before  # failed in an earlier run: this run runs them again
-            if throughput:
-                eta = remaining / throughput
-        else:
-            remaining += counts["failed"]  # the next run runs them again
-        failures = [{"type": k, "count": v[0], "example_task": v[1], "example_message": v[2]}
-                    for k, v in sorted(self.by_type.items(), key=lambda kv: -kv[1][0])]
-        refused = last.get("refused_count", len(last.get("refused") or [])) if last else 0
-        total = self.total
-        return {
-            "ledger": path, "version": doc.get("version"), "created": doc.get("created"),
-            "updated": doc.get("updated"), "now": now, "total": total, "counts": counts,
-            "refused_last_run": refused, "complete": counts["accepted"] == total and not refused,
-            "attempts": {"total": self.attempts, "retried_tasks": self.retried,
-                         "max": self.most or min(1, self.attempts),
-                         "interruptions": self.interruptions},
-            "failures_by_type": failures, "running": self.running, "runs": len(runs),
-            "last_run": run_facts, "active": active, "throughput_per_s": throughput,
-            "remaining": remaining, "eta_s": eta, "submission": None,
-        }
-
-
-def _last_run_facts(last: dict[str, Any], doc: dict[str, Any], now: float, active: bool,
-                    ended_in_run: int, ended_recent: int, first_start: float | None,
-                    last_end: float | None) -> dict[str, Any]:
-    """The last run's entry with its driver's liveness and the basis of its throughput: over
-    the last `WINDOW` seconds of a long live run, else over its span -- from its start (a run
-    of `campaign run`) or its first attempt's start (a submission: elements may wait in the
-    queue), to now while it is live, else to its end (a submission: its last task's end)."""
-    from .._atomic import HOST, pid_alive
-
-    submitted = last.get("status") == "submitted"
-    alive = None
-    if active and not submitted and last.get("host") == HOST:
-        alive = pid_alive(int(last.get("pid") or -1))
-    if submitted:
-        begun = first_start if first_start is not None else now
-        end = now if active else (last_end if last_end is not None else begun)
-    else:
-        begun = last.get("started") or 0.0
-        end = now if active else (last.get("ended") or doc.get("updated") or now)
-    span = max(0.0, end - begun)
-    basis = (ended_recent, WINDOW) if active and span > WINDOW else (ended_in_run, span)
-    facts = {k: last.get(k) for k in ("id", "host", "pid", "execution", "status", "started",
-                                       "ended", "total", "refused_count")}
-    facts.update(driver_alive=alive, ended_tasks=ended_in_run, span_s=span,
-                 work_started=first_start, throughput_tasks=basis[0],
-                 throughput_seconds=basis[1])
-    return facts
 
 
 def job_array_states(job: str | None) -> dict[str, str] | None:
@@ -260,72 +143,13 @@ def _any_active(states: dict[str, str] | None) -> bool:
     return any(state in ACTIVE_STATES for state in states.values())
 
 
-class _SubmissionTally:
-    """What a `campaign submit` run is doing, added up chunk by chunk: how many of its tasks
-    ended in it, and by which job array element."""
-
-    def __init__(self, ledger: Path, run: dict[str, Any]):
-        from .._worker import task_list_path
-
-        self.run = run
-        self.since = run.get("started") or 0.0
-        self.job = run.get("job")
-        try:
-            self.to_run: list[str] | None = orjson.loads(
-                task_list_path(ledger, run.get("submission") or run["id"]).read_bytes())
-        except (FileNotFoundError, orjson.JSONDecodeError):
-            self.to_run = None
-        self.wanted = None if self.to_run is None else set(self.to_run)
-        self.done = 0
-        self.ended_by: dict[str, int] = {}
-
-    def add(self, tasks: dict[str, Any]) -> None:
-        wanted, since, job = self.wanted, self.since, self.job
-        for tid, rec in tasks.items():
-            if wanted is not None and tid not in wanted:
-                continue
-            if rec["status"] not in ("accepted", "failed") or (rec.get("ended") or 0.0) < since:
-                continue
-            self.done += 1
-            worker = rec.get("worker")
-            if worker and (job is None or worker.startswith(f"{job}_")):
-                self.ended_by[worker] = self.ended_by.get(worker, 0) + 1
-
-    def facts(self, leases: list[dict[str, Any]],
-              states: dict[str, str] | None) -> dict[str, Any]:
-        """Its job array's elements (Slurm state, the tasks each one runs now and how many it
-        ended in this submission) and how many tasks are done."""
-        run, job = self.run, self.job
-        elements: dict[str, dict[str, Any]] = {
-            key: {"state": state, "running": [], "ended_tasks": 0}
-            for key, state in sorted((states or {}).items(), key=lambda kv: _element_order(kv[0]))}
-
-        def element(key: str) -> dict[str, Any]:  # one Slurm no longer lists (or never asked)
-            return elements.setdefault(key, {"state": None, "running": [], "ended_tasks": 0})
-
-        for worker, n in self.ended_by.items():
-            element(worker)["ended_tasks"] += n
-        for lease in leases:
-            worker = lease["owner"].get("worker")
-            if worker and (job is None or worker.startswith(f"{job}_")):
-                element(worker)["running"].append(lease["task_id"])
-        to_run = self.to_run
-        return {"id": run.get("submission") or run["id"], "job": job,
-                "to_run": run.get("to_run", None if to_run is None else len(to_run)),
-                "done": self.done, "slurm_asked": states is not None, "elements": elements}
-
-
-def _element_order(key: str) -> tuple[int, str]:
-    index = key.rpartition("_")[2]
-    return (int(index), key) if index.isdigit() else (1 << 62, key)
-
-
 def render(f: dict[str, Any]) -> str:
     """The text form of `summarize`'s facts."""
     now, c, a = f["now"], f["counts"], f["attempts"]
     ago = duration(now - f["updated"]) + " ago" if f["updated"] else "?"
     lines = [f"ledger    {f['ledger']} (created {timestamp(f['created'])}, last written {ago})"]
-    shown = ", ".join(f"{c[s]} {s}" for s in _STATUSES if c[s] or s in ("accepted", "failed"))
+    shown = ", ".join(f"{c[s]} {s}" for s in _STATUSES
+                      if c[s] or s in (Status.ACCEPTED, Status.FAILED))
     lines.append(f"tasks     {f['total']}: {shown}")
     again = (f"{plural(a['retried_tasks'], 'task')} ran more than once (at most {a['max']} "
              "times)" if a["retried_tasks"] else "no task ran more than once")
