@@ -2,8 +2,9 @@
 
 Usage: python crash_child.py LEDGER CALL_LOG N_TASKS EXECUTION
 
-fn appends "<task_id> <driver pid>" to CALL_LOG before it works (from whichever process runs it),
-so the test can check that no task is ever run again after it was seen accepted.
+fn appends "<task_id> <driver pid> <pid>" to CALL_LOG before it works (``pid``: the process that
+runs it, the driver or one of its workers), so the test can check that no task is ever run again
+after it was seen accepted, and find the driver's dask workers to kill.
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 from campaign import checkpointed_map
 
-#: Options of each execution: two workers, as on the test machines' two cores.
-OPTIONS = {"serial": {}, "processes": {"workers": 2}, "dask": {"workers": 2}}
+#: Options of each execution: two workers, as on the test machines' two cores. Under dask the
+#: test also kills workers, as often as it likes: no number of losses may fail a task here
+#: (fn never fails), so that any failed record is a fault.
+OPTIONS: dict[str, dict[str, Any]] = {"serial": {}, "processes": {"workers": 2},
+                                      "dask": {"workers": 2, "max_interruptions": 10**6}}
 
 
 def expected(i: int) -> dict:
@@ -29,7 +34,7 @@ def main() -> None:
     def fn(item):
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, f"{item['task_id']} {driver}\n".encode())
+            os.write(fd, f"{item['task_id']} {driver} {os.getpid()}\n".encode())
         finally:
             os.close(fd)
         time.sleep(item["delay"])

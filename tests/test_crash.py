@@ -4,13 +4,15 @@ Kills land during fn, during whole-file ledger writes (a temporary file is left 
 outcomes wait in the journal (`<ledger>.journal`, appended between whole-file writes), during a
 compaction (a temporary file beside a journal) and between writes, under each execution:
 ``serial`` (fn in the driver), ``processes`` (the driver's workers die with it) and ``dask``
-(an embedded cluster). After every kill the ledger parses,
-the file alone is standard JSON, every task ever seen accepted (the file and its journal read
-by `read_ledger`) is still accepted with the same result and is never run again, and resuming
-finishes every task, leaving no journal.
+(an embedded cluster). Under ``dask`` a kill's victim is the driver or, more often, one of its
+dask workers (the cluster's nanny starts a new one; the driver runs on), at a random instant
+while tasks run. After every kill of a driver the ledger parses, the file alone is standard
+JSON, every task ever seen accepted (the file and its journal read by `read_ledger`) is still
+accepted with the same result and is never run again, no task is recorded failed (fn never
+fails) and no task has more interruptions than kills could have caused; resuming finishes every
+task, leaving no journal.
 
-``DIFFSOUP_CRASH_KILLS`` sets the number of kills for every execution (default: `KILLS`; a
-dask driver needs seconds to start its cluster, so it gets fewer).
+``DIFFSOUP_CRASH_KILLS`` sets the number of kills for every execution (default: `KILLS`).
 """
 
 from __future__ import annotations
@@ -20,25 +22,37 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 import pytest
-
-from campaign import read_ledger
+from crash_child import expected
 from testkit import PATIENCE, PYTHON, child_env
 
-sys.path.insert(0, str(Path(__file__).parent))
-from crash_child import expected  # noqa: E402
+from campaign import read_ledger
 
 CHILD = Path(__file__).with_name("crash_child.py")
 #: Kills per execution, and when each lands: so many seconds after the driver said it is ready
-#: ("ready": kills during start-up too) or after this run's first call of fn ("call").
-KILLS = {"serial": 200, "processes": 200, "dask": 20}
+#: ("ready": kills during start-up too) or after this run's first call of fn ("call"; the next
+#: kill of the same driver, after one of its workers was killed, up to so long after that one).
+KILLS = {"serial": 200, "processes": 200, "dask": 200}
 WINDOW = {"serial": ("ready", 0.25), "processes": ("ready", 0.9), "dask": ("call", 0.5)}
+#: The chance that a kill's victim is the driver; otherwise it is one of the driver's live dask
+#: workers. A dask driver needs seconds to start its cluster, a worker is replaced meanwhile.
+DRIVER_SHARE = {"serial": 1.0, "processes": 1.0, "dask": 0.25}
 TASKS = 120
+
+
+@dataclass
+class Tally:
+    """One campaign's kills, and the interruptions they can have caused."""
+
+    worker_kills: int = 0
+    #: records found ``running`` after each driver kill: each becomes interrupted (DriverLost)
+    #: when the next driver takes over (counted again if that one is killed first)
+    left_running: int = 0
 
 
 def same(a: dict, b: dict) -> bool:
@@ -48,8 +62,8 @@ def same(a: dict, b: dict) -> bool:
 
 
 def check(ledger: Path, log: Path, accepted: dict[str, dict], child_pid: int,
-          accepted_before: set[str]) -> None:
-    """The invariants after one kill; updates ``accepted`` with what is accepted now."""
+          accepted_before: set[str], tally: Tally) -> None:
+    """The invariants after one driver ended; updates ``accepted`` with what is accepted now."""
     if not ledger.exists():
         assert not accepted
         return
@@ -60,6 +74,9 @@ def check(ledger: Path, log: Path, accepted: dict[str, dict], child_pid: int,
         assert rec["status"] == "accepted", (tid, rec["status"])
         assert rec["result"] == result, tid
     for tid, rec in tasks.items():
+        # fn never fails, and a lost worker is no failure
+        assert rec["status"] != "failed", (tid, rec["error"])
+        assert all(h["status"] != "failed" for h in rec["history"]), (tid, rec["history"])
         if rec["status"] == "accepted":
             i = int(tid[1:])
             want = expected(i)
@@ -67,16 +84,44 @@ def check(ledger: Path, log: Path, accepted: dict[str, dict], child_pid: int,
                 want["inf"] = {"$float": "inf"}
             assert rec["result"] == want, tid
             accepted.setdefault(tid, rec["result"])
-    for tid, pid in calls(log):
-        if pid == child_pid:
+    # each worker kill interrupts at most the one task its worker ran, each driver kill those
+    # it left running: never a task that no kill stopped
+    interruptions = sum(rec["interruptions"] for rec in tasks.values())
+    assert interruptions <= tally.worker_kills + tally.left_running, (interruptions, tally)
+    for tid, driver, _ in calls(log):
+        if driver == child_pid:
             assert tid not in accepted_before, f"{tid} ran again after it was accepted"
 
 
-def calls(log: Path) -> list[tuple[str, int]]:
-    """(task id, driver pid) of every call of fn so far."""
+def calls(log: Path) -> list[tuple[str, int, int]]:
+    """(task id, driver pid, pid of the process that ran it) of every call of fn so far."""
     if not log.exists():
         return []
-    return [(tid, int(pid)) for tid, pid in (line.split() for line in log.read_text().splitlines())]
+    return [(tid, int(driver), int(pid))
+            for tid, driver, pid in (line.split() for line in log.read_text().splitlines())]
+
+
+def parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[1])
+
+
+def live_workers(log: Path, driver: int) -> list[int]:
+    """The driver's worker processes that ran a task and still run (children of the driver)."""
+    return sorted({pid for _, d, pid in calls(log) if d == driver != pid and parent(pid) == driver})
+
+
+def wait_for_workers(log: Path, proc: subprocess.Popen) -> list[int]:
+    """`live_workers` once there is one (both may be being replaced); [] if the driver ended."""
+    deadline = time.monotonic() + PATIENCE
+    while not (workers := live_workers(log, proc.pid)) and proc.poll() is None:
+        assert time.monotonic() < deadline, "the driver has had no live worker for minutes"
+        time.sleep(0.01)
+    return workers
 
 
 def writing(folder: Path) -> bool:
@@ -96,8 +141,8 @@ MOMENTS = {"write": writing, "journal": journal,
 
 def wait_to_kill(proc: subprocess.Popen, log: Path, execution: str, rng: random.Random,
                  aim: str | None) -> bool:
-    """Wait for the moment to kill ``proc``; False if it finished first. With ``aim`` (a key
-    of `MOMENTS`): the first moment that is seen."""
+    """Wait for the moment to kill ``proc`` or one of its workers; False if it finished first.
+    With ``aim`` (a key of `MOMENTS`): the first moment that is seen."""
     if aim is not None:
         while not MOMENTS[aim](log.parent):
             if proc.poll() is not None:
@@ -106,7 +151,7 @@ def wait_to_kill(proc: subprocess.Popen, log: Path, execution: str, rng: random.
     after, window = WINDOW[execution]
     if after == "call":  # a dask driver spends seconds starting its cluster: kill during tasks
         deadline = time.monotonic() + PATIENCE
-        while not any(pid == proc.pid for _, pid in calls(log)):
+        while not any(driver == proc.pid for _, driver, _ in calls(log)):
             if proc.poll() is not None:
                 return False
             assert time.monotonic() < deadline, "the driver called fn for no task"
@@ -126,15 +171,22 @@ def start(ledger: Path, log: Path, execution: str) -> subprocess.Popen:
                             text=True, start_new_session=True)
 
 
+def ready(proc: subprocess.Popen) -> subprocess.Popen:
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("execution", list(KILLS))
 def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution):
     kills_wanted = int(os.environ.get("DIFFSOUP_CRASH_KILLS", KILLS[execution]))
     rng = random.Random(20261130)
-    kills = campaigns = reruns = aimed = 0
-    landed = dict.fromkeys(MOMENTS, 0)  # kills that landed at each moment
+    kills = worker_kills = campaigns = reruns = aimed = 0
+    landed = dict.fromkeys(MOMENTS, 0)  # driver kills that landed at each moment
     deadline = math.inf  # for kills aimed at a moment, if it comes to that
+    began = time.monotonic()
     while kills < kills_wanted or not all(landed.values()):
         campaigns += 1
         folder = tmp_path / f"c{campaigns}"
@@ -142,18 +194,34 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution):
         ledger, log = folder / "ledger.json", folder / "calls.log"
         accepted: dict[str, dict] = {}
         killed: set[int] = set()
+        tally = Tally()
         finished = False
         while not finished:
             before = set(accepted)
-            proc = start(ledger, log, execution)
-            assert proc.stdout.readline().strip() == "ready"
-            # the first moment none of the random kills landed at
-            aim = None if kills < kills_wanted else next(m for m, n in landed.items() if not n)
-            if aim:
-                deadline = min(deadline, time.monotonic() + PATIENCE)
-                assert time.monotonic() < deadline, \
-                    f"{kills} kills, none at the moment {aim!r}, even aimed at it: {landed}"
-            if wait_to_kill(proc, log, execution, rng, aim):
+            proc = ready(start(ledger, log, execution))
+            while kills < kills_wanted or not all(landed.values()):  # until this driver ends
+                # the first moment none of the random kills landed at
+                aim = None if kills < kills_wanted else next(m for m, n in landed.items() if not n)
+                if aim:
+                    deadline = min(deadline, time.monotonic() + PATIENCE)
+                    assert time.monotonic() < deadline, \
+                        f"{kills} kills, none at the moment {aim!r}, even aimed at it: {landed}"
+                if not wait_to_kill(proc, log, execution, rng, aim):
+                    proc.wait()
+                    assert proc.returncode == 0, proc.returncode
+                    finished = True
+                    break
+                share = DRIVER_SHARE[execution]
+                if aim is None and share < 1 and rng.random() >= share:
+                    workers = wait_for_workers(log, proc)
+                    try:
+                        os.kill(rng.choice(workers), signal.SIGKILL)
+                    except (IndexError, ProcessLookupError):  # the driver or worker ended first
+                        continue
+                    kills += 1
+                    worker_kills += 1
+                    tally.worker_kills += 1
+                    continue  # the driver runs on
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 kills += 1
@@ -161,37 +229,42 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution):
                 aimed += aim is not None
                 for moment, seen in MOMENTS.items():
                     landed[moment] += seen(folder)
-            else:
-                proc.wait()
-                assert proc.returncode == 0, proc.returncode
+                break
+            if not finished and proc.returncode is None:  # left to finish unharmed
+                assert proc.wait(timeout=PATIENCE) == 0, proc.returncode
                 finished = True
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            assert proc.stdout is not None
             proc.stdout.close()
-            check(ledger, log, accepted, proc.pid, before)
+            if not finished and ledger.exists():
+                tally.left_running += sum(rec["status"] == "running"
+                                          for rec in read_ledger(ledger)["tasks"].values())
+            check(ledger, log, accepted, proc.pid, before, tally)
             if kills >= kills_wanted and all(landed.values()) and not finished:  # unharmed
                 before = set(accepted)
-                proc = start(ledger, log, execution)
-                assert proc.stdout.readline().strip() == "ready"
+                proc = ready(start(ledger, log, execution))
                 assert proc.wait(timeout=PATIENCE) == 0, proc.returncode
+                assert proc.stdout is not None
                 proc.stdout.close()
-                check(ledger, log, accepted, proc.pid, before)
+                check(ledger, log, accepted, proc.pid, before, tally)
                 finished = True
         assert not journal(folder), "a finished run left its journal"
         tasks = read_ledger(ledger)["tasks"]
         assert len(tasks) == TASKS and all(r["status"] == "accepted" for r in tasks.values())
         assert len(accepted) == TASKS
-        ran = [tid for tid, _ in calls(log)]
+        ran = [tid for tid, _, _ in calls(log)]
         assert set(ran) == set(tasks)
         reruns += len(ran) - len(tasks)
         # a killed driver's temporary file is removed by the next driver that writes (a resume
         # with nothing to run writes nothing); one that finished leaves none
         left = {int(tmp.name.split("-")[-2]) for tmp in folder.glob(".ledger.json.tmp-*")}
         assert left <= killed, f"drivers {sorted(left - killed)} left a temporary file"
-    print(f"\n{execution}: {kills} SIGKILLs ({aimed} aimed) over {campaigns} campaigns, "
-          f"{landed['write']} during a whole-file write, {landed['journal']} with outcomes in the "
-          f"journal, {landed['compaction']} during a compaction; {campaigns * TASKS} tasks "
-          "accepted, "
-          f"none lost; {reruns} calls of fn again for tasks killed before they were recorded")
+    print(f"\n{execution}: {kills} SIGKILLs ({kills - worker_kills} of the driver, {aimed} of "
+          f"them aimed; {worker_kills} of a dask worker) over {campaigns} campaigns in "
+          f"{time.monotonic() - began:.0f} s, {landed['write']} during a whole-file write, "
+          f"{landed['journal']} with outcomes in the journal, {landed['compaction']} during a "
+          f"compaction; {campaigns * TASKS} tasks accepted, none lost, none failed; {reruns} "
+          "calls of fn again for tasks killed before they were recorded")
