@@ -14,7 +14,6 @@ except _NotInstalled:  # run from a source tree that was never installed
     __version__ = "0+unknown"
 
 import importlib
-import inspect
 from typing import TYPE_CHECKING, Any
 
 from ._base import Scheduler as Scheduler
@@ -29,6 +28,7 @@ from ._events import Report as Report
 from ._events import Started as Started
 from ._events import TakenBack as TakenBack
 from ._events import Task as Task
+from ._registry import make_scheduler as make_scheduler
 from ._serial import SerialScheduler as SerialScheduler
 from ._usage import Meter as Meter
 
@@ -61,12 +61,10 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name == "SCHEDULERS":
-        #: Execution names and the schedulers they select (each imports dask & co. only when
-        #: started).
-        value: Any = {"serial": SerialScheduler,
-                      "processes": __getattr__("ProcessesScheduler"),
-                      "dask": __getattr__("DaskScheduler"),
-                      "slurm": __getattr__("SlurmScheduler")}
+        #: Execution names and the schedulers they select (schedulers/_registry.py).
+        from ._registry import registry
+
+        value: Any = registry()
     elif name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
     else:
@@ -77,31 +75,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY, "SCHEDULERS"})
-
-
-def make_scheduler(execution: str | Scheduler, **options: Any) -> Scheduler:
-    """The scheduler named by ``execution`` (or ``execution`` itself if it is one).
-
-    ``options`` whose value is None are dropped; the rest go to the scheduler's constructor.
-    Raises `ValueError` for unknown names and for options the chosen scheduler does not take.
-    """
-    options = {k: v for k, v in options.items() if v is not None}
-    if isinstance(execution, Scheduler):
-        if options:
-            raise ValueError(f"options {sorted(options)} are given to the scheduler's "
-                             "constructor; pass them there when you pass a Scheduler")
-        return execution
-    schedulers = globals().get("SCHEDULERS") or __getattr__("SCHEDULERS")
-    cls = schedulers.get(execution)
-    if cls is None:
-        known = ", ".join(repr(n) for n in schedulers)
-        raise ValueError(f"unknown execution {execution!r}; choose one of {known}")
-    accepted = [name for name, p in inspect.signature(cls).parameters.items()
-                if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ValueError(
-            f"execution={execution!r} does not take {', '.join(unknown)}; it takes "
-            f"{', '.join(accepted) or 'no options'}"
-        )
-    return cls(**options)

@@ -7,10 +7,10 @@ import json
 import math
 
 import pytest
-
-from campaign._cli._common import BadInput
-from campaign._cli._inputs import csv_error_position, read_items
 from cli_data.cli_helpers import campaign, write_json_items, write_model
+
+from campaign._cli._exits import BadInput
+from campaign._cli._inputs import csv_error_position, read_items
 
 
 def run_bad(tmp_path, *args, items="items.json"):

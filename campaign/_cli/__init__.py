@@ -2,7 +2,7 @@
 
 ``main`` is the console script (pyproject ``[project.scripts]``). Commands live in their own
 modules; this module builds the click group, configures logging and maps errors to exit codes
-(see `campaign._cli._common` and docs/cli.md).
+(see `campaign._cli._exits` and docs/cli.md).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import click
 
 from .._errors import LedgerWriteError
-from ._common import EXIT_FAILED, EXIT_LEDGER_WRITE, EXIT_SIGINT, EXIT_USAGE, LedgerWriteFailed
+from ._exits import EXIT_FAILED, EXIT_LEDGER_WRITE, EXIT_SIGINT, EXIT_USAGE, LedgerWriteFailed
 from ._failures import failures_command
 from ._forget import forget_command
 from ._report import report_command

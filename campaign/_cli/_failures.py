@@ -11,7 +11,10 @@ from typing import Any
 import click
 import orjson
 
-from ._common import EXIT_FAILED, EXIT_OK, ledger_argument, plural, scan_ledger, verbose_option
+from ._exits import EXIT_FAILED, EXIT_OK
+from ._format import plural
+from ._options import ledger_argument, verbose_option
+from ._reading import scan_ledger
 
 
 @click.command("failures", short_help="Failed tasks with their errors; refused tasks.")

@@ -8,7 +8,10 @@ from typing import Any
 
 import click
 
-from ._common import BadInput, ledger_argument, plural, read_ledger, verbose_option
+from ._exits import BadInput
+from ._format import plural
+from ._options import ledger_argument, verbose_option
+from ._reading import read_ledger
 
 #: Statuses ``--status`` may name: never accepted (results are never thrown away by status).
 FORGETTABLE = ("failed", "interrupted")

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ._common import BadInput
+from ._exits import BadInput
 
 #: File suffixes and the formats they select.
 FORMATS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}

@@ -15,7 +15,7 @@ import time
 from typing import IO, Any
 
 from .._campaign import Progress
-from ._common import duration, rate
+from ._format import duration, rate
 
 #: ``--progress`` choices.
 MODES = ("auto", "bar", "lines", "off")

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
-from ._common import EXIT_OK, BadInput, duration, ledger_argument, verbose_option
+from ._exits import EXIT_OK, BadInput
+from ._format import duration
+from ._options import ledger_argument, verbose_option
 
 
 @click.command("report", short_help="One offline HTML page of plots about a campaign.")

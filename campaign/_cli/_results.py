@@ -22,7 +22,10 @@ import orjson
 
 from schedulers._usage import FIELDS as USAGE_FIELDS
 
-from ._common import BadInput, ledger_argument, plural, scan_ledger, verbose_option
+from ._exits import BadInput
+from ._format import plural
+from ._options import ledger_argument, verbose_option
+from ._reading import scan_ledger
 
 FORMATS = ("csv", "json", "jsonl")
 #: How non-finite floats (stored as ``{"$float": ...}``) are written in CSV.

@@ -9,18 +9,12 @@ from typing import Any
 
 import click
 
-from ._common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_SIGINT,
-    BadInput,
-    duration,
-    read_ledger,
-    verbose_option,
-    with_errors,
-)
+from ._exits import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, BadInput
+from ._format import duration
 from ._inputs import read_items
+from ._options import verbose_option, with_errors
 from ._progress import MODES, make_progress
+from ._reading import read_ledger
 from ._spec import RunConfig, resolve
 from ._target import load_target
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._common import BadInput
+from ._exits import BadInput
 
 #: The keys of a spec file, their types and defaults (None: no default).
 SPEC_KEYS: dict[str, tuple[type, Any]] = {

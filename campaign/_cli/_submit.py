@@ -11,8 +11,10 @@ from typing import Any
 
 import click
 
-from ._common import EXIT_FAILED, EXIT_OK, BadInput, plural, verbose_option, with_errors
+from ._exits import EXIT_FAILED, EXIT_OK, BadInput
+from ._format import plural
 from ._inputs import read_items
+from ._options import verbose_option, with_errors
 from ._spec import resolve
 
 #: The keywords of `render_array_script` that `campaign submit` sets itself.

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._common import BadInput
+from ._exits import BadInput
 
 _FORMS = "path/to/file.py:function or package.module:function"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ._common import BadInput, verbose_option, with_errors
+from ._exits import BadInput
+from ._options import verbose_option, with_errors
 from ._spec import resolve
 from ._target import load_target
 
@@ -14,7 +15,8 @@ from ._target import load_target
 @click.option("--submission", required=True, metavar="ID",
               help="The submission to work on (printed by `campaign submit`).")
 @click.option("--lease-seconds", type=click.FloatRange(min=1), default=60.0, show_default=True,
-              metavar="SECONDS", help="A task whose worker stops renewing its lease for this long is claimed again.")
+              metavar="SECONDS",
+              help="A task whose worker stops renewing its lease for this long is claimed again.")
 @click.option("--merge-every", type=click.FloatRange(min=0), default=5.0, show_default=True,
               metavar="SECONDS", help="Merge this worker's records into the ledger this often.")
 @verbose_option
