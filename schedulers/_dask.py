@@ -4,10 +4,12 @@ The embedded cluster listens on 127.0.0.1 and speaks TLS with a certificate made
 no other process can connect to it. A cluster of the user's own keeps its own security.
 Small tasks go in batches of about ``batch_seconds``, which keeps dask's per-task overhead below
 raw ``client.map``; ``fn`` travels with every batch, so it survives the loss of every worker.
-A task is reported started once its batch says so (`schedulers._dask_batch`). A lost batch's
-tasks go back to the queue without an interruption; those that may have been running when the
-worker died run again one per batch, and only a task lost while it ran alone in its batch is
-reported lost (the engine records it interrupted; only it spends ``max_interruptions``).
+A task is reported started once its batch says so (`schedulers._dask_batch`). When a batch's
+worker dies, the task the batch said runs (alone in its batch, or reported running) is reported
+lost (the engine records it interrupted; only it spends ``max_interruptions``) and the others go
+back to the queue without an interruption; where the batch could not say which task ran, those
+that may have been running run again one per batch, so that a task that kills its worker is
+found alone.
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ._base import Scheduler
-from ._dask_batch import BatchFn, run_batch
+from ._dask_batch import PROGRESS_INTERVAL, Batch, BatchFn, run_batch
 from ._devices import normalize_groups
 from ._events import ErrorInfo, Event, Outcome, OutcomeKind, Placement, Report, Started, Task
 from ._host import HOST
+from ._mean import RunningMean
 
 logger = logging.getLogger(__name__)
 
@@ -39,16 +41,6 @@ FAST_CONFIG = {"distributed.scheduler.worker-saturation": float("inf")}
 #: this scheduler decides what runs again.
 OWN_CLUSTER_CONFIG = {**FAST_CONFIG, "distributed.scheduler.allowed-failures": 0}
 _DRIVER = Placement(HOST, 0, "dask", None)
-
-
-@dataclass
-class _Batch:
-    """A batch in flight: its tasks, where it started (once it said so), how far it got."""
-
-    tasks: list[Task]
-    where: Placement | None = None
-    reached: int = -1  # the index of the last task known to have started
-    at: float = 0.0  # when that task started
 
 
 class DaskScheduler(Scheduler):
@@ -93,13 +85,12 @@ class DaskScheduler(Scheduler):
         self._batch_size = 1
         self._threads = 1
         self._buffer: list[Task] = []
-        self._batches: dict[str, _Batch] = {}
+        self._batches: dict[str, Batch] = {}
         self._started: set[str] = set()  # tasks whose Started was reported, no outcome yet
         self._alone: set[str] = set()  # tasks that run one per batch
         self._lock = threading.Lock()
         self._owned: list[Any] = []
-        self._mean = 0.0
-        self._seen = 0
+        self._mean = RunningMean(1000)
 
     @property
     def slots(self) -> int:
@@ -171,12 +162,12 @@ class DaskScheduler(Scheduler):
         if hasattr(self, "_topic"):
             try:
                 self.client.unsubscribe_topic(self._topic)
-            except Exception as exc:  # a closed client: nothing left to hear
+            except Exception as exc:  # noqa: BLE001 -- a closed client: nothing left to hear
                 logger.debug("unsubscribing %s: %s", self._topic, exc)
         for thing in self._owned:
             try:
                 thing.close()
-            except Exception as exc:  # closing must not hide the run's own outcome
+            except Exception as exc:  # noqa: BLE001 -- must not hide the run's own outcome
                 logger.warning("closing %r failed: %s", thing, exc)
 
     # ------------------------------------------------------------------ dispatch
@@ -199,7 +190,7 @@ class DaskScheduler(Scheduler):
         for batch in batches:
             key = f"campaign-batch-{uuid.uuid4().hex}"
             with self._lock:  # known before its worker can tell of its start
-                self._batches[key] = _Batch(batch)
+                self._batches[key] = Batch(batch)
             future = self.client.submit(self.run_batch, self._fn,
                                         [(t.task_id, t.attempt, t.item) for t in batch],
                                         key=key, pure=False, resources=self._resources)
@@ -209,25 +200,22 @@ class DaskScheduler(Scheduler):
 
     # ------------------------------------------------------------------ starts
     def _on_start(self, event: tuple[float, dict[str, Any]]) -> None:
-        """A batch says which task it starts (on the client's event loop, in order with the
-        batch's outcome): report it and those before it in the batch as started."""
+        """A batch says which task it starts, or runs (on the client's event loop, in order
+        with the batch's outcome): report it and those before it in the batch as started."""
         message = event[1]
         with self._lock:
-            batch = self._batches.get(message.get("key"))
+            batch = self._batches.get(str(message.get("key")))
             if batch is None or self._stopping:  # collected already, or not ours to report
                 return
-            index = int(message["index"])
-            if batch.where is None:
-                host, pid, worker, group = message["where"]
-                batch.where = Placement(host, pid, worker,
-                                        None if group is None else tuple(group))
-            if index <= batch.reached:
-                return
-            started = self._started_events(batch.tasks[batch.reached + 1:index + 1],
-                                           batch.where, message["time"])
-            batch.reached, batch.at = index, message["time"]
-            if started:
-                self.report(started)
+            news = batch.heard(message)
+            if batch.running and batch.where is not None:
+                logger.debug("task %r has run %g s or more on dask worker %s (pid %s on %s)",
+                             batch.tasks[batch.reached].task_id, PROGRESS_INTERVAL,
+                             batch.where.worker, batch.where.pid, batch.where.host)
+            if news and batch.where is not None:
+                started = self._started_events(news, batch.where, message["time"])
+                if started:
+                    self.report(started)
 
     def _started_events(self, tasks: list[Task], where: Placement, at: float) -> list[Event]:
         """`Started` for those of ``tasks`` not reported started yet (call with the lock)."""
@@ -258,7 +246,7 @@ class DaskScheduler(Scheduler):
         if status == "finished":
             try:
                 result = future.result()
-            except Exception as error:  # lost while fetched, or the result will not unpickle
+            except Exception as error:  # noqa: BLE001 -- lost while fetched, or will not unpickle
                 status, exc = "error", error
         elif status == "error":
             exc = future.exception()
@@ -280,7 +268,7 @@ class DaskScheduler(Scheduler):
             if not self._stopping:
                 self._send(tasks, alone)
 
-    def _outcomes(self, batch: _Batch, where: tuple, outcomes: list) -> list[Event]:
+    def _outcomes(self, batch: Batch, where: tuple, outcomes: list) -> list[Event]:
         host, pid, worker, group = where
         placement = Placement(host, pid, worker, group)
         events: list[Event] = []
@@ -296,7 +284,7 @@ class DaskScheduler(Scheduler):
         self._learn(outcomes)
         return events
 
-    def _lost(self, batch: _Batch, status: str, exc: BaseException | None,
+    def _lost(self, batch: Batch, status: str, exc: BaseException | None,
               again: list[tuple[list[Task], bool]]) -> list[Event]:
         """The outcome of a batch that returned nothing (call with the lock): the events to
         report now; what to send again goes to ``again``."""
@@ -304,14 +292,14 @@ class DaskScheduler(Scheduler):
 
         from distributed import KilledWorker
 
-        tasks = batch.tasks
+        tasks, where = batch.tasks, batch.where
         cause = f"{type(exc).__name__}: {exc}" if exc is not None else f"the batch was {status}"
-        cancelled = exc is None or isinstance(exc, CancelledError)
-        if not cancelled and not isinstance(exc, (KilledWorker, OSError, TimeoutError)):
+        if exc is not None and not isinstance(exc, (CancelledError, KilledWorker, OSError,
+                                                    TimeoutError)):
             # Not a lost worker: the batch itself could not run (e.g. the workers lack a
             # package) or its result does not unpickle here. Each task's error, not a loss.
             error = ErrorInfo.from_exception(exc)
-            where = batch.where or _DRIVER
+            where = where or _DRIVER
             now = time.time()
             events = self._started_events(tasks, where, batch.at or now)
             for task in tasks:
@@ -319,42 +307,40 @@ class DaskScheduler(Scheduler):
                                       batch.at or now, now, error=error))
                 self._started.discard(task.task_id)
             return events
-        if cancelled or (batch.where is None and len(tasks) == 1):  # it did not run
-            logger.info("a dask batch of %d task(s) did not run (%s); sending it again",
-                        len(tasks), cause)
+        if exc is None or isinstance(exc, CancelledError):
+            logger.info("a dask batch of %d task(s) was cancelled; sending it again", len(tasks))
             again.append((tasks, False))
             return []
-        if len(tasks) == 1:  # it ran alone: it was running when its worker died
-            task, where = tasks[0], batch.where
-            logger.warning("task %r was lost with dask worker %s (pid %s on %s): %s",
-                           task.task_id, where.worker, where.pid, where.host, cause)
-            events = self._started_events(tasks, where, batch.at)
-            events.append(Outcome(task.task_id, task.attempt, OutcomeKind.LOST, where,
+        lost, rest, alone = batch.lost()
+        events = []
+        if lost is not None and where is not None:
+            logger.warning("task %r was lost with dask worker %s (pid %s on %s): %s%s",
+                           lost.task_id, where.worker, where.pid, where.host, cause,
+                           f"; its {len(rest)} batch-mate(s) run again" if rest else "")
+            events = self._started_events([lost], where, batch.at)
+            events.append(Outcome(lost.task_id, lost.attempt, OutcomeKind.LOST, where,
                                   batch.at, time.time(), error=ErrorInfo(
                                       "WorkerLost", f"dask worker {where.worker} (pid "
                                       f"{where.pid} on {where.host}) died while the task "
                                       f"ran: {cause}")))
-            self._started.discard(task.task_id)
-            self._alone.add(task.task_id)
-            return events
-        # Those before the last task known started had finished; from it on (from the first,
-        # when the batch had said nothing: its message may have been lost with the worker),
-        # any may have been the one running when the worker died: they run again one per
-        # batch, so that a task that kills its worker is found and only it is recorded lost.
-        reached = max(batch.reached, 0)
-        logger.warning("a dask batch of %d task(s) was lost (%s); %d of them run again one "
-                       "per batch", len(tasks), cause, len(tasks) - reached)
-        self._alone.update(t.task_id for t in tasks[reached:])
-        again.append((tasks[:reached], False))
-        again.append((tasks[reached:], True))
-        return []
+            self._started.discard(lost.task_id)
+            self._alone.add(lost.task_id)
+        elif alone:
+            logger.warning("a dask batch of %d task(s) was lost (%s); %d of them run again one "
+                           "per batch", len(tasks), cause, len(alone))
+        else:
+            logger.info("a dask batch of %d task(s) did not start (%s); sending it again",
+                        len(tasks), cause)
+        self._alone.update(t.task_id for t in alone)
+        again.append((rest, False))
+        again.append((alone, True))
+        return events
 
     def _learn(self, outcomes: list) -> None:
         """Size the next batches from the measured task durations."""
         for _, _, _, _, begun, ended, _ in outcomes:
-            self._seen += 1
-            self._mean += ((ended - begun) - self._mean) / min(self._seen, 1000)
-        size = int(self.batch_seconds / max(self._mean, 1e-6))
+            self._mean.add(ended - begun)
+        size = int(self.batch_seconds / max(self._mean.value, 1e-6))
         self._batch_size = max(1, min(self.max_batch, size))
 
 

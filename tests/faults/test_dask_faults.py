@@ -5,6 +5,7 @@ one running a given task, one killed by its own task) and of the driver itself."
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -42,6 +43,15 @@ def poison_or_sleep(item: dict[str, Any]) -> dict[str, Any]:
     if item.get("poison"):
         os._exit(3)  # kills its worker, every time
     time.sleep(item["sleep"])
+    return {"pid": os.getpid()}
+
+
+def noted_victim_hangs_first_time(item: dict[str, Any]) -> dict[str, Any]:
+    """`noted`; the task with ``victim`` set then sleeps (it is killed there) the first time."""
+    folder = Path(item["folder"])
+    (folder / f"{item['task_id']}.{os.getpid()}.{time.time_ns()}").touch()
+    if item.get("victim") and len(list(folder.glob(f"{item['task_id']}.*"))) == 1:
+        time.sleep(300)
     return {"pid": os.getpid()}
 
 
@@ -222,6 +232,69 @@ def test_a_worker_killed_mid_task_leaves_an_interruption_in_the_record(tmp_path)
     [lost] = victim["history"]
     assert lost["status"] == "interrupted" and lost["error"]["type"] == "WorkerLost"
     assert all(camp.records[f"t{i}"]["interruptions"] == 0 for i in range(5))
+
+
+class Heard(logging.Handler):
+    """Keeps the records of `schedulers._dask`'s log (DEBUG and up while installed); `running`
+    is set once the driver heard that task ``task_id`` runs."""
+
+    def __init__(self, task_id: str):
+        super().__init__(logging.DEBUG)
+        self.task_id, self.records = task_id, []
+        self.running = threading.Event()
+        self.logger = logging.getLogger("schedulers._dask")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        if record.msg.startswith("task %r has run") and record.args[0] == self.task_id:
+            self.running.set()
+
+    def __enter__(self) -> Heard:
+        self.level = self.logger.level
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.level)
+
+
+def test_a_worker_killed_inside_a_batch_interrupts_its_running_task_only(tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    # quick tasks: after the first ones, dask batches hold many of them, the victim among them
+    items = [{"task_id": f"t{i:03d}", "folder": str(folder), "victim": i == 80}
+             for i in range(160)]
+    killed: list[int] = []
+
+    def kill_the_victims_worker() -> None:
+        assert heard.running.wait(PATIENCE), "the driver never heard that the victim runs"
+        [mark] = list(folder.glob("t080.*"))
+        killed.append(int(mark.name.split(".")[1]))
+        os.kill(killed[0], signal.SIGKILL)
+
+    with Heard("t080") as heard:
+        killer = Beside(kill_the_victims_worker)
+        killer.start()
+        camp = checkpointed_map(noted_victim_hangs_first_time, items,
+                                ledger_path=tmp_path / "l.json",
+                                execution=DaskScheduler(workers=2))
+        killer.join()
+    assert camp.complete and not camp.failures
+    tasks = read_ledger(tmp_path / "l.json")["tasks"]
+    victim = tasks.pop("t080")
+    assert victim["attempts"] == 2 and victim["interruptions"] == 1
+    [lost] = victim["history"]
+    assert lost["status"] == "interrupted" and lost["error"]["type"] == "WorkerLost"
+    assert lost["pid"] == killed[0] and victim["pid"] != killed[0]
+    # it shared its batch: the others (finished with their results lost, or not started) ran
+    # again with no attempt counted
+    [warning] = [r for r in heard.records if r.levelno == logging.WARNING
+                 and r.msg.startswith("task %r was lost")]
+    assert warning.args[0] == "t080" and "batch-mate(s) run again" in warning.getMessage()
+    for tid, rec in tasks.items():
+        assert rec["attempts"] == 1 and rec["interruptions"] == 0 and not rec["history"], tid
 
 
 # ---------------------------------------------------------------------- the driver
