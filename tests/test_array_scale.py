@@ -67,13 +67,16 @@ def test_claimers_in_threads_run_each_task_once(tmp_path):
     errors: list[BaseException] = []
     start = threading.Barrier(CLAIMERS)
 
+    def note(item: dict) -> dict:
+        ran.append(item["task_id"])
+        return {"ok": True}
+
     def claimer(index: int) -> None:
         owner = {"worker": f"w{index}", "job": None, "array_task": None, "host": "here",
                  "pid": index}
         start.wait()
         try:
-            run_worker(lambda item: ran.append(item["task_id"]) or {"ok": True}, ledger,
-                       submission, owner=owner, merge_every=3600.0)
+            run_worker(note, ledger, submission, owner=owner, merge_every=3600.0)
         except BaseException as exc:  # noqa: BLE001 (shown by the assertion below)
             errors.append(exc)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import click
+from cli_data.cli_helpers import ROOT, campaign
 
 from campaign._cli import cli
-from cli_data.cli_helpers import ROOT, campaign
 
 DOC = (ROOT / "docs" / "cli.md").read_text()
 

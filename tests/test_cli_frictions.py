@@ -420,6 +420,7 @@ def test_status_of_a_running_job_array_lists_its_elements_tasks(tmp_path):
             return facts if held.get("state") == "RUNNING" and held.get("running") else None
 
         facts = wait_until(element_0_holds, "element 0 to hold a task", interval=0.5)
+        assert facts is not None  # what wait_until returns is true
         assert facts["active"] and facts["last_run"]["driver_alive"] is None
         (held,) = facts["submission"]["elements"][f"{job}_0"]["running"]
         assert held in {f"t{i:03d}" for i in range(4)}

@@ -7,7 +7,6 @@ import io
 import json
 
 import pytest
-
 from cli_data.cli_helpers import campaign, read_doc, statuses, write_model
 
 
@@ -64,9 +63,9 @@ def test_results_in_all_three_formats(finished):
     assert rows == [["task_id", "y", "z", "ok"], ["a", "2", "nan", "true"],
                     ["c", "6", "1.5", "true"], ["d", "8", "2.0", "true"]]
     with_items = campaign("results", "runs.json", "--with-items", cwd=finished).stdout
-    rows = list(csv.DictReader(io.StringIO(with_items)))
-    assert list(rows[0]) == ["task_id", "y", "z", "ok", "item.x", "item.fail", "item.label"]
-    assert rows[2]["item.label"] == "q, r" and rows[1]["item.label"] == ""
+    named = list(csv.DictReader(io.StringIO(with_items)))
+    assert list(named[0]) == ["task_id", "y", "z", "ok", "item.x", "item.fail", "item.label"]
+    assert named[2]["item.label"] == "q, r" and named[1]["item.label"] == ""
     as_json = json.loads(campaign("results", "runs.json", "--format", "json", cwd=finished).stdout)
     assert as_json[0] == {"task_id": "a", "y": 2, "z": {"$float": "nan"}, "ok": True}
     assert [r["task_id"] for r in as_json] == ["a", "c", "d"]

@@ -8,8 +8,18 @@ import subprocess
 import textwrap
 
 import pytest
-from cli_data.cli_helpers import (accepted_count, campaign, console_script, env, read_doc,
-                                  start, statuses, wait_for, write_json_items, write_model)
+from cli_data.cli_helpers import (
+    accepted_count,
+    campaign,
+    console_script,
+    env,
+    read_doc,
+    start,
+    statuses,
+    wait_for,
+    write_json_items,
+    write_model,
+)
 
 
 def test_console_script_runs_a_campaign_to_the_end(tmp_path):
@@ -71,7 +81,7 @@ def test_sigint_mid_run_records_the_interruption_and_resume_finishes(tmp_path):
         busy = campaign(*args, cwd=tmp_path)
         assert busy.returncode == 2 and "in use by a live campaign driver" in busy.stderr
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
     assert proc.returncode == 130, err
@@ -98,7 +108,7 @@ def test_sigterm_mid_run_exits_143_after_writing_the_ledger(tmp_path):
     try:
         wait_for(lambda: accepted_count(ledger) >= 1, what="an accepted task")
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
     assert proc.returncode == 143, err

@@ -16,6 +16,7 @@ from cli_data.cli_helpers import ROOT, campaign
 def load_benchmark():
     spec = importlib.util.spec_from_file_location("cli_status_bench",
                                                   ROOT / "benchmarks" / "cli_status.py")
+    assert spec is not None and spec.loader is not None, "benchmarks/cli_status.py is missing"
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -176,10 +177,10 @@ def doc_accepted(doc):
 
 def test_scan_applies_unmerged_fragments_as_overlay_does(tmp_path):
     """Records of array workers' fragments not merged yet (one replacing a record, one for a
-    task only a fragment knows) stream by as `campaign._array.overlay` gives them."""
+    task only a fragment knows) stream by as `campaign._workdir.overlay` gives them."""
     from campaign import _records, read_ledger
-    from campaign._array import WorkDir, overlay
     from campaign._scan import scan_records
+    from campaign._workdir import WorkDir, overlay
 
     ledger = _small_ledger(tmp_path, 2000)
     doc = read_ledger(ledger)

@@ -13,15 +13,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from testkit import PATIENCE, require, wait_until
 
 from campaign import checkpointed_map, read_ledger
 from schedulers import SlurmScheduler, make_scheduler
-from schedulers.slurm import (ENDED_STATES, default_prologue, job_states, scancel,
-                              slurm_available)
-from testkit import PATIENCE, require, wait_until
-
+from schedulers.slurm import ENDED_STATES, default_prologue, job_states, scancel, slurm_available
 
 
 def jobs_begun(marks: Path) -> set[str]:
@@ -201,7 +200,7 @@ def test_cancelled_worker_job_its_tasks_rerun_elsewhere_none_after_acceptance(sl
     marks.mkdir()
     items = [{"task_id": f"t{i:03d}", "folder": str(marks), "sleep": 0.1, "wait_for": str(go)}
              for i in range(40)]
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}
 
     def cancel_a_worker_job():
         try:
@@ -212,7 +211,7 @@ def test_cancelled_worker_job_its_tasks_rerun_elsewhere_none_after_acceptance(sl
             seen["replacement"] = wait_until(
                 lambda: cluster_jobs(slurm["job_name"]) - before - {victim},
                 "a job that replaces the cancelled one")
-        except BaseException as exc:  # reported by the test, not lost in this thread
+        except BaseException as exc:  # noqa: BLE001 -- reported by the test, not lost here
             seen["error"] = exc
         finally:
             go.touch()
@@ -240,6 +239,7 @@ def test_workers_retire_before_walltime_and_are_replaced_no_task_lost(slurm, tmp
     marks = tmp_path / "marks"
     marks.mkdir()
     scheduler = make_scheduler("slurm", walltime="00:01:00", min_jobs=2, **slurm)
+    assert isinstance(scheduler, SlurmScheduler)
     # margin 30 s: drain from 22.5-37.5 s on, closed by dask's lifetime at 37.5-52.5 s
     assert (scheduler.lifetime, scheduler.stagger, scheduler.drain) == (45.0, 7.5, 15.0)
     # 0.4 s a task until both first jobs have retired and their replacements run tasks: they

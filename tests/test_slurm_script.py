@@ -13,14 +13,25 @@ import pickle
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from testkit import PATIENCE, require
-from schedulers.slurm import (Backoff, JobWatcher, SlurmCommandError, format_walltime,
-                              job_states, parse_walltime, poll_until, render_array_script,
-                              sbatch, scancel, slurm_available)
+
+from schedulers.slurm import (
+    Backoff,
+    JobWatcher,
+    SlurmCommandError,
+    format_walltime,
+    job_states,
+    parse_walltime,
+    poll_until,
+    render_array_script,
+    sbatch,
+    scancel,
+    slurm_available,
+)
 
 REFERENCE = Path(__file__).parent / "slurm_reference"
 
@@ -123,7 +134,7 @@ def test_poll_until_backs_off_and_never_sleeps_past_its_deadline():
         slept.append(s)
         now[0] += s
 
-    answers = iter([None, 0, {}, "done"])
+    answers: Iterator[object] = iter([None, 0, {}, "done"])
     assert poll_until(lambda: next(answers), sleep=sleep, clock=lambda: now[0]) == "done"
     assert slept == [0.5, 1, 2]
     slept.clear()
@@ -163,7 +174,12 @@ def test_a_four_element_array_runs_each_element_and_is_watched_with_few_polls(sl
     assert set(first) == {f"{job}_{i}" for i in range(4)}, first
     watcher = JobWatcher(job)
     slept: list[float] = []
-    final = watcher.wait(timeout=PATIENCE, sleep=lambda s: slept.append(s) or time.sleep(s))
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        time.sleep(seconds)
+
+    final = watcher.wait(timeout=PATIENCE, sleep=sleep)
     assert final == {f"{job}_{i}": "COMPLETED" for i in range(4)}
     # polled with back-off: one squeue call, then one after each delay of 0.5, 1, 2, 4 ... s
     assert slept == list(itertools.islice(Backoff(), len(slept)))

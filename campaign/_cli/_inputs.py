@@ -18,6 +18,7 @@ from ._exits import BadInput
 #: File suffixes and the formats they select.
 FORMATS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 _INT = re.compile(r"[+-]?\d+")
+_SPACE = re.compile(r"[ \t\n\r]*")
 _FLOAT = re.compile(
     r"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|nan|inf|infinity)",
     re.IGNORECASE,
@@ -90,19 +91,24 @@ def _check_unique(items: list[dict[str, Any]], wheres: list[str], path: Path,
 def _json_element_lines(text: str) -> list[int]:
     """The line (from 1) on which each element of the top-level JSON list begins."""
     decoder = json.JSONDecoder()
-    ws = re.compile(r"[ \t\n\r]*")
-    pos = ws.match(text, 0).end() + 1  # past "["
+    pos = _past_space(text, 0) + 1  # past "["
     starts = []
     while True:
-        pos = ws.match(text, pos).end()
+        pos = _past_space(text, pos)
         if text[pos] == "]":
             break
         starts.append(pos)
         _, pos = decoder.raw_decode(text, pos)
-        pos = ws.match(text, pos).end()
+        pos = _past_space(text, pos)
         if text[pos] == ",":
             pos += 1
     return [text.count("\n", 0, start) + 1 for start in starts]
+
+
+def _past_space(text: str, pos: int) -> int:
+    """The first position from ``pos`` on that is not JSON whitespace."""
+    match = _SPACE.match(text, pos)  # it always matches (maybe nothing)
+    return pos if match is None else match.end()
 
 
 def _json_items(text: str, path: Path, id_field: str | None) -> Located:
@@ -122,7 +128,7 @@ def _json_items(text: str, path: Path, id_field: str | None) -> Located:
 
 
 def _jsonl_items(text: str, path: Path, id_field: str | None) -> Located:
-    out = []
+    out: Located = []
     for lineno, line in enumerate(text.split("\n"), start=1):  # not splitlines: JSON strings
         line = line.rstrip("\r")                                  # may hold U+2028 and kin
         if not line.strip():
@@ -162,8 +168,8 @@ def _csv_items(text: str, path: Path, id_field: str | None) -> Located:
             raw = None if id_column is None else row[id_column].strip()
             out.append((item, f"line {lineno}", raw))
     except csv.Error as exc:
-        line, column = csv_error_position(text) or (reader.line_num, None)
-        at = f"line {line}" + ("" if column is None else f", column {column}")
+        position: tuple[int, int | None] = csv_error_position(text) or (reader.line_num, None)
+        at = f"line {position[0]}" + ("" if position[1] is None else f", column {position[1]}")
         raise BadInput(f"items file {path} {at}: malformed CSV ({exc})") from None
     return out
 

@@ -87,8 +87,8 @@ def resolve(target: str, flags: dict[str, Any]) -> RunConfig:
     the command line are relative to the current folder, those in a spec to the spec's folder.
     """
     given = {k: v for k, v in flags.items() if v is not None}
-    settings = {k: (dict(default) if isinstance(default, dict) else default)
-                for k, (_, default) in SPEC_KEYS.items()}
+    settings: dict[str, Any] = {k: (dict(default) if isinstance(default, dict) else default)
+                                for k, (_, default) in SPEC_KEYS.items()}
     spec: Path | None = None
     if target.endswith(".toml"):
         spec = Path(target)
@@ -137,7 +137,7 @@ def scheduler_options() -> set[str]:
 
     from schedulers import SCHEDULERS
 
-    names = set()
+    names: set[str] = set()
     for cls in SCHEDULERS.values():
         names.update(name for name, p in inspect.signature(cls).parameters.items()
                      if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))

@@ -21,6 +21,7 @@ from typing import Any
 
 from distributed.core import Status
 from distributed.deploy.adaptive import Adaptive
+from distributed.deploy.spec import SpecCluster
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ class ReplacingAdaptive(Adaptive):
             is cancelled (its nanny and Python take a few seconds to exit by themselves).
         other arguments: those of `distributed.Adaptive`.
     """
+
+    cluster: SpecCluster  # dask-jobqueue's clusters are SpecClusters: jobs in worker_spec
 
     def __init__(self, *args: Any, replace_after: float = 3.0, leave_after: float = 20.0,
                  **kwargs: Any):

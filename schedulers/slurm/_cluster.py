@@ -119,12 +119,12 @@ class SlurmScheduler(DaskScheduler):
         if not isinstance(memory, str) or not _MEMORY.fullmatch(memory):
             raise ValueError(f"memory={memory!r} is not a memory size; write e.g. '4GB' or "
                              "'500MB' (per worker job)")
-        for what, value in (("job_extra_directives", job_extra_directives),
+        for what, lines in (("job_extra_directives", job_extra_directives),
                             ("worker_extra_args", worker_extra_args),
                             ("job_script_prologue", job_script_prologue)):
-            if isinstance(value, str):
-                raise ValueError(f"{what} must be a list of strings, got the string {value!r}; "
-                                 f"write {what}=[{value!r}]")
+            if isinstance(lines, str):
+                raise ValueError(f"{what} must be a list of strings, got the string {lines!r}; "
+                                 f"write {what}=[{lines!r}]")
         self.walltime_seconds = parse_walltime(walltime)
         self.lifetime, self.stagger, self.drain = worker_lifetime(self.walltime_seconds,
                                                                  lifetime_margin)
@@ -188,8 +188,8 @@ class SlurmScheduler(DaskScheduler):
             raise
 
     def stop(self) -> None:
-        adaptive = getattr(self.cluster, "_adaptive", None)
-        leaving = adaptive.forget_leaving() if hasattr(adaptive, "forget_leaving") else []
+        forget = getattr(getattr(self.cluster, "_adaptive", None), "forget_leaving", None)
+        leaving = forget() if forget is not None else []
         super().stop()  # closes the cluster, which cancels the jobs in its plan
         for job_id in leaving:  # jobs that were retiring when the campaign ended
             try:

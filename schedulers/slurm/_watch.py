@@ -30,7 +30,7 @@ class Backoff:
             delay = min(delay * self.factor, self.cap)
 
 
-def poll_until(check: Callable[[], T], *, timeout: float | None = None,
+def poll_until(check: Callable[[], T | None], *, timeout: float | None = None,
                backoff: Backoff | None = None,
                sleep: Callable[[float], None] = time.sleep,
                clock: Callable[[], float] = time.monotonic) -> T:

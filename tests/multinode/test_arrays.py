@@ -9,12 +9,21 @@ from __future__ import annotations
 import time
 
 import pytest
-from clusterkit import (NODES, START, assert_never_twice_at_once, element_nodes, kill_node,
-                        make_campaign, run_script, runs_of, submit)
+from clusterkit import (
+    NODES,
+    START,
+    assert_never_twice_at_once,
+    element_nodes,
+    kill_node,
+    make_campaign,
+    run_script,
+    runs_of,
+    submit,
+)
+from testkit import PATIENCE, wait_until
 
 from campaign import read_ledger
 from schedulers import slurm
-from testkit import PATIENCE, wait_until
 
 
 def wait_for_job(job: str) -> dict[str, str]:
