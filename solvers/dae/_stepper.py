@@ -4,7 +4,9 @@ step). Each attempt runs SUNDIALS IDA's pieces (Brown, Hindmarsh, Petzold) in ID
 ``IDASetCoeffs`` and ``IDAPredict`` (`predict`), ``IDANls`` (`_nonlinear_solve`: refactor,
 Newton, constraints), ``IDATestError`` (`test_error`), then ``IDACompleteStep``
 (`complete_step`) or ``IDAHandleNFlag`` (`handle_failure`), and ``IDAGetSolution`` at the save
-times (`_save`); the formulas live in `solvers.dae._bdf`.
+times (`_save`); the formulas live in `solvers.dae._bdf`. Before the loop, ``IDACalcIC``
+(`_calc_ic`) and IDASolve's start (`_initial_step`, `_first_state`); after each attempt,
+IDASolve's return (`_return_flag`) ends the loop or lets it go on.
 
 Step-size control and order selection are held out of derivatives (`jax.lax.stop_gradient`):
 the derivative of a solve is that of the discrete solution on the steps it took.
@@ -13,6 +15,7 @@ the derivative of a solve is that of the discrete solution on the steps it took.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -20,6 +23,7 @@ import jax.numpy as jnp
 
 from ..linear import FACTOR, KEEP, REFACTOR
 from ._bdf import (
+    Failed,
     Predicted,
     complete_step,
     enforce_constraints,
@@ -29,7 +33,8 @@ from ._bdf import (
     test_error,
 )
 from ._context import Context
-from ._initialize import initialize
+from ._initialize import Initialized, initialize
+from ._jida import JIDA
 from ._newton import correct, wrms
 from ._solution import STAT_NAMES, Status
 
@@ -164,118 +169,154 @@ def _count(stats: _Stats, ok, nls_fail, err_fail, nl: _Solved, pivot) -> _Stats:
         initialization_iterations=stats.initialization_iterations)
 
 
-def integrate(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0: jax.Array,
-              t1: jax.Array, ts: jax.Array) -> tuple[jax.Array, _Stats, jax.Array]:
-    """Solve from ``t0`` to ``t1``; returns the states at ``ts``, the statistics and the status
-    code. Traceable; differentiable (forward mode) in ``args``, ``y0`` and ``yp0``."""
+def _error_weights(s: JIDA, atol: jax.Array, y: jax.Array) -> jax.Array:
+    """IDAEwtSet: the weights ``1 / (rtol |y| + atol)`` of the error norms (no derivative)."""
+    return 1.0 / (s.rtol * jnp.abs(sg(y)) + atol)
+
+
+class _Run(NamedTuple):
+    """What every attempt of one solve shares."""
+
+    ctx: Context
+    args: Any
+    t1: jax.Array
+    ts: jax.Array           # the save times
+    atol: jax.Array         # a scalar or one per unknown
+    emask: Any              # 0 on algebraic unknowns left out of the error test, else 1
+    constraints: Sequence[int] | None
+    temp1: float            # refactor when cj / cjold leaves (temp1, 1 / temp1)
+    eps: Any                # the machine epsilon of the solve's dtype
+
+    def weights(self, y: jax.Array) -> jax.Array:
+        return _error_weights(self.ctx.solver, self.atol, y)
+
+
+def _calc_ic(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0: jax.Array,
+             t1: jax.Array, run: _Run) -> Initialized:
+    """IDACalcIC: consistent ``(y, y')`` at ``t0`` and the work it took, when the solver asks
+    for it and it is needed (no ``yp0``, or algebraic unknowns); else ``(y0, yp0)`` as given."""
     s = ctx.solver
-    K = s.max_order
-    n = ctx.n
-    dtype = y0.dtype
-    backend, symbolic = ctx.backend, ctx.symbolic
-    eps = jnp.finfo(dtype).eps
-    t0, t1, ts = sg(t0), sg(t1), sg(ts)
-    m = ts.shape[0]
-    zero = jnp.zeros((), jnp.int32)
-    alg = jnp.asarray(ctx.algebraic)
-    emask = jnp.where(alg, 0.0, 1.0).astype(dtype) if s.suppress_algebraic else 1.0
-
-    atol = jnp.asarray(s.atol, dtype)   # a scalar or one per unknown
-    constraints = s.constraints if s.constraints is not None and any(s.constraints) else None
-
-    def weights(y):
-        return 1.0 / (s.rtol * jnp.abs(sg(y)) + atol)
-
-    # --- consistent initial values ---------------------------------------------------------
-    tdist = t1 - t0
-    h_ic = 0.001 * tdist
-    numeric = backend.empty(symbolic, dtype)
+    numeric = ctx.backend.empty(ctx.symbolic, y0.dtype)
     run_ic = s.initialize and (yp0 is None or ctx.problem.has_algebraic)
     yp0 = jnp.zeros_like(y0) if yp0 is None else yp0
     if run_ic:
-        ic = initialize(ctx, t0, h_ic, weights(y0), numeric, y0, yp0, args)
-        y0, yp0, numeric = ic.y, ic.yp, ic.numeric
-        ic_ok, ic_iter, ic_res, ic_solves = ic.converged, ic.iterations, ic.residuals, ic.solves
-    else:
-        ic_ok, ic_iter, ic_res, ic_solves = jnp.asarray(True), zero, zero, zero
-    res0 = ctx.residual(t0, sg(y0), sg(yp0), sg(args))
-    finite0 = jnp.all(jnp.isfinite(res0))
+        return initialize(ctx, t0, 0.001 * (t1 - t0), run.weights(y0), numeric, y0, yp0, args)
+    zero = jnp.zeros((), jnp.int32)
+    return Initialized(y0, yp0, numeric, jnp.asarray(True), zero, zero, zero)
 
-    # --- initial step (IDASolve) -------------------------------------------------------------
-    ewt0 = weights(y0)
+
+def _initial_step(s: JIDA, tdist: jax.Array, yp0: jax.Array, ewt0: jax.Array, emask: Any,
+                  dtype: Any) -> jax.Array:
+    """IDASolve's first step: ``s.initial_step``, or ``0.001 (t1 - t0)`` cut so that the
+    weighted RMS norm of ``h y'0`` is at most 0.5; never over ``max_step`` or ``t1 - t0``."""
     if s.initial_step is None:
         h = 0.001 * tdist
         ypnorm = wrms(sg(yp0), ewt0 * emask)
         h = jnp.where(ypnorm > 0.5 / h, 0.5 / ypnorm, h)
     else:
         h = jnp.asarray(s.initial_step, dtype)
-    h = jnp.minimum(jnp.minimum(h, s.max_step), tdist)
+    return jnp.minimum(jnp.minimum(h, s.max_step), tdist)
 
+
+def _first_state(ctx: Context, args: Any, ic: Initialized, t0: jax.Array, h: jax.Array,
+                 ts: jax.Array) -> _State:
+    """The state before the first attempt (IDASolve's start): the history ``phi = (y0, h y'0,
+    0, ...)`` at order 1, the states at the save times up to ``t0``, the initialization's
+    counts, and a failure code when the initialization failed or ``F(t0)`` is not finite."""
+    K, n = ctx.solver.max_order, ctx.n
+    y0, yp0 = ic.y, ic.yp
+    dtype = y0.dtype
+    zero = jnp.zeros((), jnp.int32)
+    finite0 = jnp.all(jnp.isfinite(ctx.residual(t0, sg(y0), sg(yp0), sg(args))))
     phi = (y0, h * yp0) + tuple(jnp.zeros((n,), dtype) for _ in range(K))
     psi = jnp.zeros((K + 1,), dtype).at[0].set(h)
-    ys = jnp.full((m, n), jnp.nan, dtype)
     early = ts <= t0
-    ys = jnp.where(early[:, None], y0[None, :], ys)
-    code0 = jnp.where(~ic_ok, Status.INITIALIZATION.code,
+    ys = jnp.where(early[:, None], y0[None, :], jnp.full((ts.shape[0], n), jnp.nan, dtype))
+    code0 = jnp.where(~ic.converged, Status.INITIALIZATION.code,
                       jnp.where(~finite0, Status.NONFINITE.code, -1)).astype(jnp.int32)
-    stats0 = _Stats(*(zero,) * 9, ic_iter)
-    stats0 = stats0._replace(residual_evaluations=ic_res + 1, solves=ic_solves,
-                             factorizations=ic_iter,
-                             pivoting_factorizations=jnp.minimum(ic_iter, 1))
-    state = _State(t=t0, h=h, k=jnp.ones((), jnp.int32), kused=zero, hused=jnp.zeros_like(h),
-                   ns=zero, phase=zero, psi=psi, phi=phi, cj=1.0 / h, cjold=1.0 / h,
-                   ss=jnp.asarray(20.0, dtype), numeric=numeric, setup=jnp.asarray(True),
-                   pivot=jnp.asarray(True), ncf=zero, nef=zero, stats=stats0,
-                   save=jnp.sum(early).astype(jnp.int32), ys=ys, code=code0)
+    stats0 = _Stats(*(zero,) * 9, ic.iterations)
+    stats0 = stats0._replace(residual_evaluations=ic.residuals + 1, solves=ic.solves,
+                             factorizations=ic.iterations,
+                             pivoting_factorizations=jnp.minimum(ic.iterations, 1))
+    return _State(t=t0, h=h, k=jnp.ones((), jnp.int32), kused=zero, hused=jnp.zeros_like(h),
+                  ns=zero, phase=zero, psi=psi, phi=phi, cj=1.0 / h, cjold=1.0 / h,
+                  ss=jnp.asarray(20.0, dtype), numeric=ic.numeric, setup=jnp.asarray(True),
+                  pivot=jnp.asarray(True), ncf=zero, nef=zero, stats=stats0,
+                  save=jnp.sum(early).astype(jnp.int32), ys=ys, code=code0)
 
-    temp1 = (1.0 - s.dcj) / (1.0 + s.dcj)
 
-    def attempt(st: _State) -> _State:
-        k = st.k
-        p = predict(K, st.t, t1, st.h, k, st.hused, st.kused, st.ns, st.psi, st.phi)
-        ewt = weights(st.phi[0])
-        nl = _nonlinear_solve(ctx, args, constraints, temp1, st, p, ewt)
-        e = test_error(p, k, nl.ee, ewt * emask)
-        err_fail = nl.conv & ~nl.cfail & ~e.passed
-        ok = nl.conv & ~nl.cfail & ~err_fail
-        nst = st.stats.steps + 1
-        done = complete_step(K, s.max_step, p, e, nl.ee, k, st.kused, st.phase, st.phi, nst)
-        nls_fail = nl.conv_fail | nl.cfail   # a constraint failure counts as one, as in IDA
-        f = handle_failure(p, e, nls_fail, err_fail, nl.cfail, nl.eta_c, k, st.ncf, st.nef,
-                           st.psi, st.phi, st.stats.steps == 0)
-        save, ys = _save(K, ts, ok, p, done.phi_new, k, st.save, st.ys)
+def _return_flag(s: JIDA, ok, last, nst, nl: _Solved, f: Failed, err_fail, nls_fail,
+                 tiny_h) -> jax.Array:
+    """IDASolve's return after an attempt, as a `Status` code; ``-1``: go on."""
+    return jnp.select(
+        [ok & last, ok & (nst >= s.max_steps),
+         nl.conv_fail & (f.ncf >= s.max_convergence_failures),
+         nl.cfail & (f.ncf >= s.max_convergence_failures),
+         err_fail & (f.nef >= s.max_error_failures),
+         (nls_fail | err_fail) & tiny_h],
+        [Status.SUCCESS.code, Status.MAX_STEPS.code, Status.CONVERGENCE.code,
+         Status.CONSTRAINTS.code, Status.ERROR_TEST.code, Status.STEP_TOO_SMALL.code],
+        -1).astype(jnp.int32)
 
-        tiny_h = f.h_fail <= 10.0 * eps * jnp.maximum(jnp.abs(st.t), jnp.abs(t1))
-        code = jnp.select(
-            [ok & p.last, ok & (nst >= s.max_steps),
-             nl.conv_fail & (f.ncf >= s.max_convergence_failures),
-             nl.cfail & (f.ncf >= s.max_convergence_failures),
-             err_fail & (f.nef >= s.max_error_failures),
-             (nls_fail | err_fail) & tiny_h],
-            [Status.SUCCESS.code, Status.MAX_STEPS.code, Status.CONVERGENCE.code,
-             Status.CONSTRAINTS.code, Status.ERROR_TEST.code, Status.STEP_TOO_SMALL.code],
-            -1).astype(jnp.int32)
 
-        def pick3(a, b, c):  # success, retry, failure
-            return jnp.where(ok, a, jnp.where(nl.retry, b, c))
+def _attempt(run: _Run, st: _State) -> _State:
+    """One attempted step (IDAStep): predict, solve, test the error, then complete the step or
+    handle the failure (a retry with a fresh matrix keeps ``h`` and the order)."""
+    ctx = run.ctx
+    s = ctx.solver
+    K = s.max_order
+    k = st.k
+    p = predict(K, st.t, run.t1, st.h, k, st.hused, st.kused, st.ns, st.psi, st.phi)
+    ewt = run.weights(st.phi[0])
+    nl = _nonlinear_solve(ctx, run.args, run.constraints, run.temp1, st, p, ewt)
+    e = test_error(p, k, nl.ee, ewt * run.emask)
+    err_fail = nl.conv & ~nl.cfail & ~e.passed
+    ok = nl.conv & ~nl.cfail & ~err_fail
+    nst = st.stats.steps + 1
+    done = complete_step(K, s.max_step, p, e, nl.ee, k, st.kused, st.phase, st.phi, nst)
+    nls_fail = nl.conv_fail | nl.cfail   # a constraint failure counts as one, as in IDA
+    f = handle_failure(p, e, nls_fail, err_fail, nl.cfail, nl.eta_c, k, st.ncf, st.nef,
+                       st.psi, st.phi, st.stats.steps == 0)
+    save, ys = _save(K, run.ts, ok, p, done.phi_new, k, st.save, st.ys)
+    tiny_h = f.h_fail <= 10.0 * run.eps * jnp.maximum(jnp.abs(st.t), jnp.abs(run.t1))
+    code = _return_flag(s, ok, p.last, nst, nl, f, err_fail, nls_fail, tiny_h)
 
-        return _State(
-            t=jnp.where(ok, p.t_new, st.t),
-            h=pick3(done.h_next, st.h, f.h_fail),
-            k=pick3(done.k_next, k, f.k_fail).astype(jnp.int32),
-            kused=jnp.where(ok, k, st.kused),
-            hused=jnp.where(ok, p.h, st.hused),
-            ns=jnp.where(ok, p.ns, st.ns),
-            phase=pick3(done.phase, st.phase, 1).astype(jnp.int32),
-            psi=pick3(p.psi_new, st.psi, f.psi_fail),
-            phi=tuple(jnp.where(ok, a, b) for a, b in zip(done.phi_new, f.phi_fail)),
-            cj=p.cj, cjold=nl.cjold, ss=jnp.where(ok, nl.corr.ss, nl.ss), numeric=nl.numeric,
-            setup=nl.retry | nl.conv_fail,
-            pivot=jnp.where(nl.call, nl.conv_fail, st.pivot | nl.conv_fail),
-            ncf=jnp.where(ok, 0, f.ncf), nef=jnp.where(ok, 0, f.nef),
-            stats=_count(st.stats, ok, nls_fail, err_fail, nl, st.pivot), save=save, ys=ys,
-            code=code)
+    def pick3(a, b, c):  # success, retry, failure
+        return jnp.where(ok, a, jnp.where(nl.retry, b, c))
 
-    final = jax.lax.while_loop(lambda st: st.code < 0, attempt, state)
-    ys = backend.release(symbolic, final.numeric, final.ys)
+    return _State(
+        t=jnp.where(ok, p.t_new, st.t),
+        h=pick3(done.h_next, st.h, f.h_fail),
+        k=pick3(done.k_next, k, f.k_fail).astype(jnp.int32),
+        kused=jnp.where(ok, k, st.kused),
+        hused=jnp.where(ok, p.h, st.hused),
+        ns=jnp.where(ok, p.ns, st.ns),
+        phase=pick3(done.phase, st.phase, 1).astype(jnp.int32),
+        psi=pick3(p.psi_new, st.psi, f.psi_fail),
+        phi=tuple(jnp.where(ok, a, b) for a, b in zip(done.phi_new, f.phi_fail)),
+        cj=p.cj, cjold=nl.cjold, ss=jnp.where(ok, nl.corr.ss, nl.ss), numeric=nl.numeric,
+        setup=nl.retry | nl.conv_fail,
+        pivot=jnp.where(nl.call, nl.conv_fail, st.pivot | nl.conv_fail),
+        ncf=jnp.where(ok, 0, f.ncf), nef=jnp.where(ok, 0, f.nef),
+        stats=_count(st.stats, ok, nls_fail, err_fail, nl, st.pivot), save=save, ys=ys,
+        code=code)
+
+
+def integrate(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0: jax.Array,
+              t1: jax.Array, ts: jax.Array) -> tuple[jax.Array, _Stats, jax.Array]:
+    """Solve from ``t0`` to ``t1``; returns the states at ``ts``, the statistics and the status
+    code. Traceable; differentiable (forward mode) in ``args``, ``y0`` and ``yp0``."""
+    s = ctx.solver
+    dtype = y0.dtype
+    t0, t1, ts = sg(t0), sg(t1), sg(ts)
+    alg = jnp.asarray(ctx.algebraic)
+    emask = jnp.where(alg, 0.0, 1.0).astype(dtype) if s.suppress_algebraic else 1.0
+    constraints = s.constraints if s.constraints is not None and any(s.constraints) else None
+    run = _Run(ctx, args, t1, ts, jnp.asarray(s.atol, dtype), emask, constraints,
+               (1.0 - s.dcj) / (1.0 + s.dcj), jnp.finfo(dtype).eps)
+    ic = _calc_ic(ctx, args, y0, yp0, t0, t1, run)
+    h = _initial_step(s, t1 - t0, ic.yp, run.weights(ic.y), emask, dtype)
+    state = _first_state(ctx, args, ic, t0, h, ts)
+    final = jax.lax.while_loop(lambda st: st.code < 0, partial(_attempt, run), state)
+    ys = ctx.backend.release(ctx.symbolic, final.numeric, final.ys)
     return ys, final.stats, final.code

@@ -187,6 +187,32 @@ def _bucket_arrays(bucket: HostBucket, order: list[int], index: np.ndarray,
     }
 
 
+def _assign(bucket: HostBucket, index: np.ndarray, theta0: np.ndarray, layout: Layout,
+            n_dev: int, device_work: list[float]) -> tuple[list[list[int]], list[float] | None]:
+    """The experiments of ``bucket`` on each device, and their work where it is known.
+
+    Contiguous blocks; or, with ``layout.balance_steps`` not ``False`` and more than one
+    experiment per device, longest-first by measured work on top of ``device_work`` (the work of
+    the buckets placed before).
+    """
+    n = len(bucket.experiments)
+    groups = _balance.contiguous(n, n_dev)
+    want = layout.balance_steps is not False and -(-n // n_dev) > 1 and n_dev > 1
+    work = _measure_work(bucket, index, theta0) if want else None
+    if work is None:
+        if want and layout.balance_steps:
+            logger.info("balance_steps=True but the model has no steps() and the experiments "
+                        "no work=; keeping the initial assignment")
+        return groups, None
+    before = _balance.loads(groups, work)
+    groups = _balance.longest_first(work, n_dev, start=device_work)
+    logger.info("balance_steps: %d experiments of %s on %d devices: work per device "
+                "%s before, %s after", n, getattr(bucket.plan.model, "__name__",
+                                                  type(bucket.plan.model).__name__),
+                n_dev, before, _balance.loads(groups, work))
+    return groups, work
+
+
 def lower(problem: InferenceProblem, layout: Layout | None = None) -> LoweredProblem:
     """Pose a problem on a layout: check it, assign experiments to devices, place the data.
 
@@ -233,24 +259,13 @@ def lower(problem: InferenceProblem, layout: Layout | None = None) -> LoweredPro
         index = parameter_index(bucket, problem, flat)
         n = len(bucket.experiments)
         slots = -(-n // n_dev)
-        groups = _balance.contiguous(n, n_dev)
-        want = layout.balance_steps is not False and slots > 1 and n_dev > 1
-        work = _measure_work(bucket, index, theta0) if want else None
+        groups, work = _assign(bucket, index, theta0, layout, n_dev, device_work)
         if work is not None:
             experiment_work.update((e.id, w) for e, w in zip(bucket.experiments, work))
-            before = _balance.loads(groups, work)
-            groups = _balance.longest_first(work, n_dev, start=device_work)
             balanced = True
-            logger.info("balance_steps: %d experiments of %s on %d devices: work per device "
-                        "%s before, %s after", n, getattr(bucket.plan.model, "__name__",
-                                                          type(bucket.plan.model).__name__),
-                        n_dev, before, _balance.loads(groups, work))
             device_work = [a + b for a, b in zip(device_work, _balance.loads(groups, work))]
         else:
             work_known = False
-            if want and layout.balance_steps:
-                logger.info("balance_steps=True but the model has no steps() and the experiments "
-                            "no work=; keeping the initial assignment")
         order = []
         for d, g in enumerate(groups):
             order += g + [-1] * (slots - len(g))
@@ -262,7 +277,10 @@ def lower(problem: InferenceProblem, layout: Layout | None = None) -> LoweredPro
     n_residuals = sum(len(o) for b in buckets for o in b.obs)
     noise_known = all(m.noise is not None for e in problem.experiments for m in e.measurements)
     dtype = jnp.result_type(float)
-    put = lambda a: _place(np.asarray(a, dtype=dtype), replicated)  # noqa: E731
+
+    def put(a: np.ndarray) -> jax.Array:
+        return _place(np.asarray(a, dtype=dtype), replicated)
+
     return LoweredProblem(
         problem=problem, layout=layout,
         plan=Plan(mesh, tuple(b.plan for b in buckets), flat.log), flat=flat, data=tuple(data),
