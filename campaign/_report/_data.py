@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, compress
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._records import Columns, columns
 from .._status import Status
 from . import MAX_POINTS as MAX_POINTS
 
@@ -86,20 +88,20 @@ class Data:
 
 def load(path: Path, now: float) -> Data:
     """Read the ledger at ``path`` (with its array fragments and leases) into `Data`."""
-    from .._cli._status import Tally
-    from .._scan import scan_records
+    from .._scan import scan_columns
+    from .._tally import Tally
 
     gc.disable()  # a chunk parses into many objects, none of them cyclic
     try:
-        head, chunks, over = scan_records(path, block=BLOCK)
+        head, blocks, over = scan_columns(path, block=BLOCK)
         tally = Tally(head["runs"], now)
-        columns = _Columns(now, over.held)
-        for chunk in chunks:
-            tally.add(chunk)
-            columns.add(chunk)
+        taken = _Columns(now, over.held)
+        for chunk, cols in blocks:
+            tally.add(chunk, cols)
+            taken.add(chunk, cols)
         facts = tally.facts(head, str(path), array_workers=len(over.leases),
                             array_active=_array_active(head))
-        return columns.data(str(path), head["runs"], facts)
+        return taken.data(str(path), head["runs"], facts)
     finally:
         gc.enable()
 
@@ -115,10 +117,10 @@ def _array_active(head: dict[str, Any]) -> bool:
     from .._cli._status import job_array_states
 
     states = job_array_states(last.get("job"))
-    return bool(states) and any(state in ACTIVE_STATES for state in states.values())
+    return states is not None and any(state in ACTIVE_STATES for state in states.values())
 
 
-def _floats(values: list[Any]) -> np.ndarray:
+def _floats(values: Sequence[Any]) -> np.ndarray:
     """A float column; None -> nan. Where something else than numbers and None is among the
     values (a non-finite float's tag, a string, a list), anything but a number -> nan."""
     try:  # the common case, at numpy's speed (bools and numeric strings read as numbers)
@@ -129,13 +131,6 @@ def _floats(values: list[Any]) -> np.ndarray:
         pass
     return np.array([v if type(v) is float or type(v) is int else None for v in values],
                     dtype=float)
-
-
-#: The record fields taken for every task, in one C-level pass (`operator.itemgetter`)...
-_GET_TASK = itemgetter("status", "started", "ended", "duration", "attempts", "history")
-#: ... and those of the tasks that ran (its worker's, then RESOURCES), of the accepted ones.
-_RAN_FIELDS = ["worker", "host", "pid", *RESOURCES]
-_GET_ACCEPTED = itemgetter("result", "item")
 
 
 def _fields(rows: list[Any], keys: tuple[str, ...]) -> list[tuple[Any, ...]]:
@@ -237,45 +232,42 @@ class _Columns:
         self.results = _Numeric()
         self.items = _Numeric(exclude=("task_id",))
 
-    def add(self, tasks: dict[str, Any]) -> None:
-        """Take the columns of ``tasks`` (one chunk: task id -> record)."""
-        for tid in self.held.keys() & tasks.keys():  # a leased task runs: no end yet
+    def add(self, tasks: dict[str, Any], cols: Columns | None = None) -> None:
+        """Take the columns of ``tasks`` (one chunk: task id -> record), whose `Columns` are
+        ``cols`` (taken from ``tasks`` when not given)."""
+        held = self.held.keys() & tasks.keys()
+        for tid in held:  # a leased task runs: no end yet
             tasks[tid] = dict(tasks[tid], ended=None, duration=None)
         first = len(self.ids)
         self.ids.extend(tasks)
         recs = list(tasks.values())
         if not recs:
             return
-        statuses, started, ended, duration, tries, histories = zip(*map(_GET_TASK, recs))
-        status = np.fromiter(map(CODE.__getitem__, statuses), dtype=np.int8, count=len(recs))
-        started = _floats(started)
+        if cols is None or held:
+            cols = columns(recs)
+        f = cols.fields
+        status = np.fromiter(map(CODE.__getitem__, f["status"]), dtype=np.int8, count=len(recs))
+        started = _floats(f["started"])
         t = self.tasks
         t["status"].append(status)
-        t["tries"].append(np.array(tries, dtype=np.int64))
+        t["tries"].append(np.array(f["attempts"], dtype=np.int64))
         t["started"].append(started)
-        t["ended"].append(_floats(ended))
-        t["duration"].append(_floats(duration))
-        ran = np.flatnonzero(~np.isnan(started))
-        workers, hosts, pids, *used = _values(list(map(recs.__getitem__, ran.tolist())),
-                                              _RAN_FIELDS)
-        lanes = self.lanes
-        self.last["task"].append(ran + first)
-        self.last["lane"].append(np.array(
-            [lanes.setdefault(w or (h, p), len(lanes)) for w, h, p in zip(workers, hosts, pids)],
-            dtype=np.int64))
-        for key, column in zip(RESOURCES, used):
-            self.last[key].append(_floats(column))
-        earlier = [(i, h) for i, hist in enumerate(histories) if hist for h in hist]
+        t["ended"].append(_floats(f["ended"]))
+        t["duration"].append(_floats(f["duration"]))
+        self._last(recs, f, np.flatnonzero(~np.isnan(started)), first)
+        histories = f["history"]
+        earlier = [(i, h) for i in compress(range(len(recs)), histories) for h in histories[i]]
         causes = self.causes
         for _, h in earlier:
             if h.get("status") == "interrupted":
                 causes[(h.get("error") or {}).get("type") or "?"] += 1
         self._history([(first + i, h) for i, h in earlier if h.get("started") is not None])
+        errors = f["error"]
         for i in np.flatnonzero(status == INTERRUPTED).tolist():
-            causes[(recs[i]["error"] or {}).get("type") or "?"] += 1
+            causes[(errors[i] or {}).get("type") or "?"] += 1
         groups = self.groups
         for i in np.flatnonzero(status == FAILED).tolist():
-            error = recs[i]["error"] or {}
+            error = errors[i] or {}
             kind = error.get("type") or "?"
             group = groups.get(kind)
             if group is None:
@@ -283,10 +275,40 @@ class _Columns:
                                        error.get("traceback") or "")
             else:
                 group.count += 1
-        accepted = list(map(recs.__getitem__, np.flatnonzero(status == ACCEPTED).tolist()))
-        results, items = zip(*map(_GET_ACCEPTED, accepted)) if accepted else ((), ())
-        self.results.add([r or {} for r in results])
+        accepted = np.flatnonzero(status == ACCEPTED).tolist()
+        if len(accepted) == len(recs):
+            results, items = f["result"], f["item"]
+        else:
+            results = tuple(map(f["result"].__getitem__, accepted))
+            items = tuple(map(f["item"].__getitem__, accepted))
+        self.results.add([r or {} for r in results] if None in results
+                         else list(results))
         self.items.add(list(items))
+
+    def _last(self, recs: list[dict[str, Any]], f: dict[str, tuple[Any, ...]], ran: np.ndarray,
+              first: int) -> None:
+        """The last attempts of the tasks that started (``ran``: their indices in ``recs``):
+        their tasks, lanes and resources."""
+        n = len(recs)
+        every = len(ran) == n
+        pick = ran.tolist()
+        workers = f["worker"] if every else tuple(map(f["worker"].__getitem__, pick))
+        if None in workers or "" in workers:  # no worker name: the lane is host and pid
+            hosts = f["host"] if every else tuple(map(f["host"].__getitem__, pick))
+            pids = f["pid"] if every else tuple(map(f["pid"].__getitem__, pick))
+            keys: Any = [w or (h, p) for w, h, p in zip(workers, hosts, pids)]
+        else:
+            keys = workers
+        lanes = self.lanes
+        for key in dict.fromkeys(keys):  # new lanes numbered in the order first seen
+            if key not in lanes:
+                lanes[key] = len(lanes)
+        self.last["task"].append(ran + first)
+        self.last["lane"].append(np.fromiter(map(lanes.__getitem__, keys), dtype=np.int64,
+                                             count=len(keys)))
+        ran_recs = recs if every else list(map(recs.__getitem__, pick))
+        for key, column in zip(RESOURCES, _values(ran_recs, list(RESOURCES))):
+            self.last[key].append(_floats(column))
 
     def _history(self, earlier: list[tuple[int, dict[str, Any]]]) -> None:
         """Take the columns of the earlier attempts (task index, history entry) that started."""
@@ -296,7 +318,7 @@ class _Columns:
         entries = [h for _, h in earlier]
         hist["task"].append(np.array([i for i, _ in earlier], dtype=np.int64))
         hist["number"].append(np.array([h.get("attempt") or 0 for h in entries], dtype=np.int64))
-        hist["status"].append(np.array([CODE.get(h.get("status"), INTERRUPTED)
+        hist["status"].append(np.array([CODE.get(h.get("status") or "", INTERRUPTED)
                                         for h in entries], dtype=np.int8))
         hist["lane"].append(np.array([lanes.setdefault(
             h.get("worker") or (h.get("host"), h.get("pid")), len(lanes)) for h in entries],

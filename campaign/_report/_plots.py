@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from bokeh.models import ColumnDataSource, HoverTool, Span
+from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models.annotations import Span
 from bokeh.plotting import figure
 
 from ._data import ACCEPTED, FAILED, INTERRUPTED, MAX_POINTS, RUNNING, STATUSES, Attempts, Data
@@ -28,7 +29,7 @@ def _figure(title: str, **kwargs: Any) -> Any:
     kwargs.setdefault("height", _HEIGHT)
     fig = figure(title=title, sizing_mode="stretch_width", tools=_TOOLS, toolbar_location="right",
                  **kwargs)
-    fig.title.text_font_size = "13px"
+    fig.title.text_font_size = "13px"  # type: ignore[union-attr]  # a Title: figure(title=str)
     fig.toolbar.logo = None
     return fig
 
