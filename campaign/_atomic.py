@@ -6,6 +6,7 @@ import errno
 import os
 import secrets
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 
 from ._errors import LedgerWriteError
@@ -33,10 +34,13 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes, *,
+def atomic_write(path: str | os.PathLike[str], data: bytes | Iterable[bytes], *,
                  durable: bool = True) -> os.stat_result:
     """Replace ``path`` by ``data``: temporary file in the same folder, write, flush, fsync,
     ``os.replace``, fsync of the folder. Returns the new file's stat.
+
+    ``data`` is the bytes, or an iterable of chunks of them (written as they come, so the
+    whole text need not be in memory).
 
     ``durable=False`` skips both fsyncs: still atomic for readers, but a crash of the machine
     may lose the write (for hints that can be recomputed).
@@ -48,9 +52,10 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *,
     tmp = tmp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        for chunk in (data,) if isinstance(data, bytes) else data:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
         if durable:
             os.fsync(fd)
     except BaseException:

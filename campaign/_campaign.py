@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from ._jsonvalue import decode, decode_flat
 from ._status import ACCEPTED, FAILED, Status
@@ -69,7 +69,7 @@ class Campaign:
 
     ledger_path: Path
     task_ids: tuple[str, ...]
-    results: list[dict[str, Any]]
+    results: Sequence[dict[str, Any]]
     failures: list[Failure]
     records: Mapping[str, dict[str, Any]]
     refused: tuple[str, ...] = field(default=())
@@ -81,28 +81,34 @@ class Campaign:
 
     @classmethod
     def from_records(cls, ledger_path: Path, task_ids: list[str],
-                     stored: dict[str, dict[str, Any]],
-                     refused: dict[str, list[dict[str, Any]]], **stats: float) -> Campaign:
-        results, failures = [], []
+                     stored: Mapping[str, dict[str, Any]],
+                     refused: dict[str, list[dict[str, Any]]], **stats: Any) -> Campaign:
+        """The campaign of ``task_ids`` (item order) as ``stored`` (task id -> stored record,
+        e.g. a `RecordStore`) holds them. Only failed and refused records are decoded now;
+        `results` and `records` decode each one when it is looked up."""
+        accepted, failures = [], []
+        present = []
         for tid in task_ids:
-            rec = stored.get(tid)
-            if rec is None:
+            status = _status_of(stored, tid)
+            if status is None:
                 continue
+            present.append(tid)
             if tid in refused:
                 failures.append(Failure(
                     tid, "refused", "ItemChanged",
                     refused_message(tid, refused[tid], str(ledger_path)),
-                    attempts=rec["attempts"], changed=tuple(refused[tid])))
-            elif rec["status"] == ACCEPTED:
-                results.append(decode_flat(rec["result"]))
-            elif rec["status"] == FAILED:
+                    attempts=stored[tid]["attempts"], changed=tuple(refused[tid])))
+            elif status == ACCEPTED:
+                accepted.append(tid)
+            elif status == FAILED:
+                rec = stored[tid]
                 error = rec["error"] or {}
                 failures.append(Failure(
                     tid, "failed", error.get("type", "?"), error.get("message", ""),
                     error.get("traceback", ""), rec["attempts"]))
-        records = _Records({tid: stored[tid] for tid in task_ids if tid in stored})
-        return cls(Path(ledger_path), tuple(task_ids), results, failures, records,
-                   tuple(refused), **stats)
+        records = _Records(stored, present)
+        return cls(Path(ledger_path), tuple(task_ids), _Results(records, accepted), failures,
+                   records, tuple(refused), **stats)
 
     def result(self, task_id: str) -> dict[str, Any] | None:
         """The accepted result of one task, or None."""
@@ -119,8 +125,9 @@ class Campaign:
         out["refused"] = len(self.refused)
         refused = set(self.refused)
         for tid in self.records:
-            if tid not in refused:
-                out[_status_of(self.records, tid)] += 1
+            status = _status_of(self.records, tid)
+            if tid not in refused and status is not None:
+                out[status] += 1
         return out
 
     @property
@@ -140,19 +147,28 @@ class Campaign:
         return f"Campaign({str(self.ledger_path)!r}, {len(self.task_ids)} tasks: {counts})"
 
 
-def _status_of(records: Mapping[str, dict[str, Any]], task_id: str) -> str:
-    if isinstance(records, _Records):
-        return records.status(task_id)
-    return records[task_id]["status"]
+def _status_of(records: Mapping[str, dict[str, Any]], task_id: str) -> str | None:
+    """The status of a task's record (None if there is none), without decoding the record
+    where the mapping can say it (`RecordStore`, `_Records`)."""
+    status = getattr(records, "status", None)
+    if status is not None:
+        return status(task_id)
+    rec = records.get(task_id)
+    return None if rec is None else rec["status"]
 
 
-class _Records(Mapping):
-    """Task id -> record, decoded from the stored form when looked up."""
+class _Records(Mapping[str, dict[str, Any]]):
+    """Task id -> record of the campaign's tasks, in item order, decoded from the stored form
+    (item and result decoded too) when looked up."""
 
-    def __init__(self, stored: dict[str, dict[str, Any]]):
+    def __init__(self, stored: Mapping[str, dict[str, Any]], task_ids: list[str]):
         self._stored = stored
+        self._ids = task_ids  # those of the items that have a record, in item order
+        self._members: frozenset[str] | None = None  # made when first asked
 
     def __getitem__(self, task_id: str) -> dict[str, Any]:
+        if task_id not in self:
+            raise KeyError(task_id)
         rec = self._stored[task_id]
         out = dict(rec)
         out["item"] = decode(rec["item"])
@@ -160,17 +176,62 @@ class _Records(Mapping):
             out["result"] = decode_flat(rec["result"])
         return out
 
-    def status(self, task_id: str) -> str:
-        return self._stored[task_id]["status"]
+    def __contains__(self, task_id: object) -> bool:
+        if self._members is None:
+            self._members = frozenset(self._ids)
+        return task_id in self._members
+
+    def status(self, task_id: str) -> str | None:
+        return _status_of(self._stored, task_id) if task_id in self else None
+
+    def result(self, task_id: str) -> dict[str, Any]:
+        """The decoded result of an accepted task."""
+        return decode_flat(self._stored[task_id]["result"])
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._stored)
+        return iter(self._ids)
 
     def __len__(self) -> int:
-        return len(self._stored)
+        return len(self._ids)
 
     def __repr__(self) -> str:
         return f"<{len(self)} task records>"
+
+
+class _Results(Sequence[dict[str, Any]]):
+    """The accepted results in item order, each decoded when it is looked up. Equal to a list
+    of the same results."""
+
+    def __init__(self, records: _Records, task_ids: list[str]):
+        self._records = records
+        self._ids = task_ids
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self._records.result(tid) for tid in self._ids[index]]
+        return self._records.result(self._ids[index])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return map(self._records.result, self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (_Results, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
+
+    def __repr__(self) -> str:
+        shown = ", ".join(repr(r) for r in self[:3])
+        return f"[{shown}{', ...' if len(self) > 3 else ''}]  # {len(self)} results"
 
 
 def refused_message(task_id: str, changed: list[dict[str, Any]], ledger: str) -> str:

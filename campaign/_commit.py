@@ -23,11 +23,14 @@ import time
 import uuid
 from typing import Any
 
+import orjson
+
 from . import _document, _journal
 from ._atomic import WriteFailures, atomic_write, write_error_text, write_retry_default
 from ._errors import LedgerError, LedgerWriteError
 from ._records import merge
 from ._runs import find_run
+from ._store import RecordStore, whole_file
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +59,8 @@ class GroupCommit:
         self.min_interval = min_interval
         self.write_share = write_share
         self.compact_fraction = compact_fraction
-        self.doc: dict[str, Any] = _document.new_document()
+        self.doc: dict[str, Any] = {}
+        self._adopt(_document.new_document())
         self.run_id = uuid.uuid4().hex[:12]
         self.driver = True
         self.bytes_written = 0
@@ -78,11 +82,20 @@ class GroupCommit:
         self._file_bytes = 0
         self._journal_bytes = 0
         self._compact_after = 0.0  # monotonic: no compaction before, unless one is needed
-        self._serializer = _document.Serializer()
         self._file_lock = _document.file_lock(self.path)
         self._writer: threading.Thread | None = None
         self._failures = WriteFailures(self.path, self.write_retry)
         self._gave_up: LedgerWriteError | None = None
+
+    def _adopt(self, doc: dict[str, Any]) -> None:
+        """Hold ``doc`` as this ledger's document, its records in a `RecordStore`."""
+        doc["tasks"] = RecordStore.of(doc["tasks"])
+        self.doc = doc
+
+    @property
+    def store(self) -> RecordStore:
+        """Task id -> record (stored form), held compactly (`campaign._store`)."""
+        return self.doc["tasks"]
 
     @property
     def run(self) -> dict[str, Any] | None:
@@ -239,8 +252,8 @@ class GroupCommit:
         needed)."""
         if self._need_whole:
             return None, set(), False
-        tasks = self.doc["tasks"]
-        parts = self._serializer.parts(tasks, [tid for tid in self._dirty if tid in tasks])
+        tasks = self.store
+        parts = tasks.parts([tid for tid in self._dirty if tid in tasks])
         size = sum(map(len, parts))
         if (self._journal_bytes + size >= self.compact_fraction * self._file_bytes
                 and time.monotonic() >= self._compact_after):
@@ -275,12 +288,13 @@ class GroupCommit:
                 self._merge_from_disk()
             self.doc["updated"] = time.time()
             generation = self.doc["generation"] = _journal.new_generation()
-            data = self._serializer.dumps(self.doc)
+            head = orjson.dumps({k: v for k, v in self.doc.items() if k != "tasks"})
+            records = self.store.snapshot()
             taken, self._dirty = self._dirty, set()
             meta, self._meta_dirty = self._meta_dirty, False
             self._need_whole = False
         try:
-            st = atomic_write(self.path, data)
+            st = atomic_write(self.path, whole_file(head, records))
             _journal.remove(self.path)  # after the replacement: see docs/ledger.md
         except BaseException:
             with self._state:
@@ -290,8 +304,8 @@ class GroupCommit:
             raise
         self._disk_state = (st.st_ino, st.st_size, st.st_mtime_ns, 0)
         self._generation = generation
-        self._file_bytes, self._journal_bytes = len(data), 0
-        self.bytes_written += len(data)
+        self._file_bytes, self._journal_bytes = st.st_size, 0
+        self.bytes_written += st.st_size
         self.commits += 1
         self.compactions += 1
 
@@ -302,13 +316,13 @@ class GroupCommit:
         except LedgerError as exc:
             raise LedgerError(f"{exc} (found while merging; this run's changes are kept in "
                               "memory and the file was not overwritten)") from None
-        ours = self.doc["tasks"]
+        ours = self.store
         tasks = disk["tasks"]
         for tid in self._dirty:
             tasks[tid] = merge(tasks.get(tid), ours[tid])
         mine = self.run
         if mine is not None:
             disk["runs"] = [r for r in disk["runs"] if r.get("id") != self.run_id] + [mine]
-        self.doc = disk
+        self._adopt(disk)
         self.merges += 1
         logger.debug("merged changes made by another process into %s", self.path)

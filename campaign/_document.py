@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,9 @@ from filelock import FileLock
 from . import _journal
 from ._atomic import atomic_write, write_error_text
 from ._errors import LedgerError, LedgerWriteError
-from ._jsonvalue import unwritable_message
 from ._records import MISSING, records_problem, run_problem
-from ._status import FAILED, FORMAT_NAME, FORMAT_VERSION
+from ._status import FORMAT_NAME, FORMAT_VERSION
+from ._store import RecordStore, whole_file
 
 logger = logging.getLogger(__name__)
 #: Seconds to wait for ``<ledger>.lock`` before giving up with an error.
@@ -61,82 +61,22 @@ def new_document(now: float | None = None) -> dict[str, Any]:
 def dumps(doc: dict[str, Any]) -> bytes:
     """Serialize a document: standard JSON (UTF-8, no NaN tokens), newline-terminated.
 
-    A task record that cannot be serialized is isolated as `Serializer` does."""
-    try:
-        return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE)
-    except TypeError:
-        return Serializer().dumps(doc)
-
-
-class Serializer:
-    """`dumps` for a document written again and again: each task record's JSON is kept and
-    reused while the record is the same object (records are replaced, never changed in place:
-    `campaign._records`), so a commit serializes only the records that changed. The bytes are
-    those of `dumps` whenever ``tasks`` is the document's last key, as it is in ours.
-
-    A record orjson refuses (a string that is not valid UTF-8 that got past validation) never
-    blocks the others: it is replaced in ``doc`` by the task recorded failed with the reason
-    (`unwritable_record`), or, if even that cannot be written, left out of the file; both are
-    logged as errors."""
-
-    def __init__(self) -> None:
-        self._records: dict[str, tuple[dict[str, Any], bytes]] = {}
-
-    def dumps(self, doc: dict[str, Any]) -> bytes:
-        tasks = doc["tasks"]
-        parts = self.parts(tasks, tasks)
-        cache = self._records
-        if len(cache) > len(tasks):  # tasks were removed (campaign forget)
-            for task_id in [t for t in cache if t not in tasks]:
-                del cache[task_id]
-        head = orjson.dumps({key: value for key, value in doc.items() if key != "tasks"})
-        return b"".join((head[:-1], b',"tasks":{' if len(head) > 2 else b'{"tasks":{',
-                         b",".join(parts), b"}}\n"))
-
-    def parts(self, tasks: dict[str, Any], which: Any) -> list[bytes]:
-        """The ``"<task id>":<record>`` JSON of the tasks ``which`` names (ids of ``tasks``),
-        reused while a record is the same object; an unwritable record is isolated."""
-        cache = self._records
-        parts = []
-        for task_id in which:
-            rec = tasks[task_id]
-            kept = cache.get(task_id)
-            if kept is None or kept[0] is not rec:
-                try:
-                    kept = cache[task_id] = (rec, orjson.dumps({task_id: rec})[1:-1])
-                except TypeError:
-                    kept = self._isolate(tasks, task_id, rec)
-                    if kept is None:
-                        continue
-            parts.append(kept[1])
-        return parts
-
-    def _isolate(self, tasks: dict[str, Any], task_id: str,
-                 rec: dict[str, Any]) -> tuple[dict[str, Any], bytes] | None:
-        new = unwritable_record(task_id, rec)
+    ``tasks`` may be a `RecordStore`. A task record that cannot be serialized is isolated as
+    `campaign._store` says: the others are written."""
+    if type(doc["tasks"]) is dict:
         try:
-            data = orjson.dumps({task_id: new})[1:-1]
+            return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE)
         except TypeError:
-            logger.error("task %r cannot be written to the ledger at all (%s); it is left out of "
-                         "the file and runs again on resume", task_id,
-                         unwritable_message(rec, "its record"))
-            self._records.pop(task_id, None)
-            return None
-        logger.error("%s", new["error"]["message"])
-        tasks[task_id] = new  # same key: the dict being iterated keeps its size
-        kept = self._records[task_id] = (new, data)
-        return kept
+            pass
+    return b"".join(document_chunks(doc))
 
 
-def unwritable_record(task_id: str, rec: dict[str, Any]) -> dict[str, Any]:
-    """The record of a task whose record orjson refused: failed, without its result, and the
-    reason (the path of the first string that is not valid UTF-8) as its error."""
-    why = unwritable_message(rec, f"task {task_id!r}: its record")
-    kind = "ResultError" if "record['result']" in why else "LedgerError"
-    return dict(rec, status=FAILED, result=None, error={
-        "type": kind, "traceback": "",
-        "message": f"{why}; the task was recorded failed instead (the ledger writes only valid "
-                   "UTF-8)"})
+def document_chunks(doc: dict[str, Any]) -> Iterator[bytes]:
+    """`dumps` as chunks of bytes, every record encoded first (`RecordStore.snapshot`), so a
+    file of 10⁶ records is written without its whole text in memory. The bytes are those of
+    ``orjson.dumps(doc)`` whenever ``tasks`` is the document's last key, as it is in ours."""
+    records = RecordStore.of(doc["tasks"]).snapshot()
+    return whole_file(orjson.dumps({k: v for k, v in doc.items() if k != "tasks"}), records)
 
 
 def parse(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -180,7 +120,7 @@ def _parse_unchecked(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any
     return _migrate(doc, version)
 
 
-def check(doc: dict[str, Any], path: Path) -> None:
+def check(doc: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """Check every field of the document, its runs and its task records against the schema
     (docs/ledger.md; `campaign._records.RECORD_FIELDS`). Raises `LedgerError` naming the field."""
     tasks = doc.get("tasks")
@@ -281,7 +221,8 @@ def load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], DiskState]:
 
 
 def backup_path(path: Path, why: str) -> Path:
-    """``<stem>.<why>-<UTC time><suffix>`` beside ``path``, e.g. ``run.replaced-20261130T131400Z.json``."""
+    """``<stem>.<why>-<UTC time><suffix>`` beside ``path``, e.g.
+    ``run.replaced-20261130T131400Z.json``."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     candidate = path.with_name(f"{path.stem}.{why}-{stamp}{path.suffix}")
     n = 1
@@ -308,14 +249,14 @@ def update(
     path = real_path(path)
     with file_lock(path):
         doc, state = load(path)
-        original = path.read_bytes() if backup is not None and not state[3] else None
-        if backup is not None and original is None:  # the file and its journal, as one file
-            original = dumps(doc)
+        original = None
+        if backup is not None:  # with a journal: the file and its journal, as one file
+            original = dumps(doc) if state[3] else path.read_bytes()
         answer = mutate(doc)
         saved = None
         try:
-            if backup is not None:
-                saved = backup_path(path, backup)
+            if original is not None:
+                saved = backup_path(path, backup or "backup")
                 atomic_write(saved, original)
             doc["updated"] = time.time()
             doc["generation"] = _journal.new_generation()

@@ -2,23 +2,63 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ._errors import ItemError
 from ._jsonvalue import encode_item, fingerprint, unwritable_message
 
+_SCALARS = frozenset({str, int, bool, type(None)})
+_PREFIX = "sha256:"
 
-@dataclass(frozen=True, slots=True)
+
 class PreparedItem:
-    """An item as the user gave it (passed to fn), its stored form and its fingerprint."""
+    """An item as the user gave it (passed to fn), its stored form and its fingerprint.
 
-    task_id: str
-    item: Mapping[str, Any]
-    stored: dict[str, Any]
-    fingerprint: str
+    One is held for every task of a run, so compactly: a flat item of plain scalars (a dict
+    of str keys to str, int, bool, None and finite floats) is its own stored form, so only
+    the item is kept, and the fingerprint is kept as its 32-byte digest.
+    """
+
+    __slots__ = ("_digest", "_stored", "item", "task_id")
+
+    def __init__(self, task_id: str, item: Mapping[str, Any], stored: dict[str, Any],
+                 fingerprint: str):
+        self.task_id = task_id
+        self.item = item
+        self._stored = None if _own_stored_form(item) else stored
+        self._digest = bytes.fromhex(fingerprint[len(_PREFIX):]) \
+            if fingerprint.startswith(_PREFIX) and len(fingerprint) == 71 else fingerprint
+
+    @property
+    def stored(self) -> dict[str, Any]:
+        """The item in its stored form (docs/ledger.md: non-finite floats tagged)."""
+        return self.item if self._stored is None else self._stored  # type: ignore[return-value]
+
+    @property
+    def fingerprint(self) -> str:
+        """``sha256:`` and the 64 hex digits of the item's fingerprint."""
+        digest = self._digest
+        return _PREFIX + digest.hex() if isinstance(digest, bytes) else digest
+
+    def __repr__(self) -> str:
+        return f"PreparedItem({self.task_id!r}, {self.item!r})"
+
+
+def _own_stored_form(item: Any) -> bool:
+    """True if `encode_item` gives back a dict equal to ``item`` holding the same objects: a
+    dict of plain scalars (a float only when finite)."""
+    if type(item) is not dict:
+        return False
+    values = item.values()
+    kinds = set(map(type, values))
+    if float in kinds:
+        kinds.discard(float)
+        if not all(math.isfinite(v) for v in values if type(v) is float):
+            return False
+    return _SCALARS.issuperset(kinds) and all(type(k) is str for k in item)
 
 
 def prepare_items(items: Iterable[Mapping[str, Any]]) -> list[PreparedItem]:

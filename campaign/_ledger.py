@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from ._atomic import remove_stale_tmp, write_error_text
 from ._commit import CLOSE_RETRY, GroupCommit
 from ._errors import DriverBusyError, LedgerWriteError
 from ._status import ACCEPTED, RunStatus
+from ._store import RecordStore
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +61,9 @@ class Ledger(GroupCommit):
 
     # ------------------------------------------------------------------ opening
     @property
-    def tasks(self) -> dict[str, dict[str, Any]]:
-        """Task id -> record (stored form). Read freely; change only through `put`."""
+    def tasks(self) -> RecordStore:
+        """Task id -> record (stored form), a mapping that decodes each record when it is
+        looked up (`campaign._store`). Read freely; change only through `put`."""
         return self.doc["tasks"]
 
     def open(self, *, resume: bool = True, execution: str = "serial", driver: bool = True) -> None:
@@ -88,7 +91,8 @@ class Ledger(GroupCommit):
         if not driver:
             with self._file_lock:
                 if self.path.exists():
-                    self.doc, self._disk_state = _document.load(self.path)
+                    doc, self._disk_state = _document.load(self.path)
+                    self._adopt(doc)
                 else:
                     self._write_locked()
             self._start_writer()
@@ -130,7 +134,7 @@ class Ledger(GroupCommit):
             self._disk_state, self._file_bytes = state, state[1]
             self._generation = doc.get("generation")
             self._need_whole = not clean
-        self.doc = doc
+        self._adopt(doc)
         return settled
 
     # ------------------------------------------------------------------ updates
@@ -141,9 +145,8 @@ class Ledger(GroupCommit):
         Only `campaign forget` removes one.
         """
         with self._state:
-            tasks = self.doc["tasks"]
-            current = tasks.get(task_id)
-            if current is not None and current["status"] == ACCEPTED:
+            tasks = self.store
+            if tasks.status(task_id) == ACCEPTED:
                 logger.debug("task %r is already accepted; a new record for it was dropped",
                              task_id)
                 return False
@@ -153,26 +156,25 @@ class Ledger(GroupCommit):
                 self._wake.notify()
             return True
 
-    def put_many(self, records: dict[str, dict[str, Any]]) -> None:
-        """`put` for several records at once."""
+    def put_many(self, records: Mapping[str, dict[str, Any]]) -> None:
+        """`put` for several records at once (a `RecordStore`'s are taken as they are held,
+        without decoding them)."""
+        pairs = records.raw_items() if isinstance(records, RecordStore) else records.items()
         with self._state:
-            tasks = self.doc["tasks"]
-            for task_id, record in records.items():
-                current = tasks.get(task_id)
-                if current is None or current["status"] != ACCEPTED:
-                    tasks[task_id] = record
+            tasks = self.store
+            for task_id, record in pairs:
+                if tasks.status(task_id) != ACCEPTED:
+                    tasks.set_raw(task_id, record)
                     self._dirty.add(task_id)
             self._wake.notify()
 
     def order(self, task_ids: list[str]) -> None:
         """Put these tasks first, in this order (the items' order), the others after them."""
         with self._state:
-            tasks = self.doc["tasks"]
+            tasks = self.store
             if list(tasks)[:len(task_ids)] == task_ids:
                 return
-            ordered = {tid: tasks[tid] for tid in task_ids if tid in tasks}
-            ordered.update((tid, rec) for tid, rec in tasks.items() if tid not in ordered)
-            self.doc["tasks"] = ordered
+            tasks.reorder(task_ids)
             self._meta_dirty = True
             self._need_whole = True  # the journal cannot say a new order
 

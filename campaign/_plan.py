@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from ._journal import journal_path
 from ._jsonvalue import changed_fields
 from ._ledger import Ledger
 from ._status import ACCEPTED, PENDING
+from ._store import RecordStore
 
 logger = logging.getLogger(__name__)
 
@@ -39,25 +41,26 @@ def never_started(rec: dict[str, Any]) -> bool:
     return rec["status"] == PENDING and not rec.get("attempts") and rec.get("result") is None
 
 
-def compare(tasks: dict[str, dict[str, Any]], prepared: list[PreparedItem]
-            ) -> tuple[Plan, dict[str, dict[str, Any]]]:
+def compare(tasks: Mapping[str, dict[str, Any]], prepared: list[PreparedItem]
+            ) -> tuple[Plan, RecordStore]:
     """What a run does with each item, given the ledger's records; reads only.
 
-    Returns the plan and the records to store: a new pending record for each task the ledger
-    does not know, and for each task that was never started whose item changed (it has no
-    result to protect, so it takes the new item and its fingerprint).
+    Returns the plan and the records to store, encoded as they are made (`RecordStore.add`):
+    a new pending record for each task the ledger does not know, and for each task that was
+    never started whose item changed (it has no result to protect, so it takes the new item
+    and its fingerprint).
     """
     out = Plan()
-    new = {}
+    new = RecordStore()
     for p in prepared:
         rec = tasks.get(p.task_id)
         if rec is None:
-            new[p.task_id] = _records.new_record(p.stored, p.fingerprint)
+            new.add(p.task_id, _records.new_record(p.stored, p.fingerprint))
         elif rec["fingerprint"] != p.fingerprint:
             if not never_started(rec):
                 out.refused[p.task_id] = changed_fields(rec["item"], p.stored)
                 continue
-            new[p.task_id] = _records.new_record(p.stored, p.fingerprint)
+            new.add(p.task_id, _records.new_record(p.stored, p.fingerprint))
         elif rec["status"] == ACCEPTED:
             out.kept += 1
             continue

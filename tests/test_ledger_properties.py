@@ -25,10 +25,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from campaign import Ledger, checkpointed_map, read_ledger
 from campaign._atomic import HOST
-from campaign._document import Serializer, dumps, new_document, update
+from campaign._document import dumps, new_document, update
 from campaign._journal import journal_path
 from campaign._jsonvalue import fingerprint
 from campaign._records import finished, new_record, started
+from campaign._store import RecordStore
 
 TASKS = ("a", "b", "c", "d")
 outcomes = st.fixed_dictionaries({t: st.sampled_from(["ok", "ok", "fail", "interrupt"])
@@ -184,32 +185,40 @@ class LedgerMachine(RuleBasedStateMachine):
         tasks = self.tasks()
         for tid, rec in self.accepted.items():
             assert tasks[tid] == rec
-        for tid, rec in tasks.items():
+        for rec in tasks.values():
             assert rec["status"] != "running"
             assert rec["fingerprint"] == fingerprint(rec["item"])
 
 
-LedgerMachine.TestCase.settings = settings(max_examples=int(os.environ.get("DIFFSOUP_HYPOTHESIS_EXAMPLES", "80")),
-                                           stateful_step_count=12,
+EXAMPLES = int(os.environ.get("DIFFSOUP_HYPOTHESIS_EXAMPLES", "80"))
+LedgerMachine.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=12,
                                            deadline=None)
 test_ledger_state_machine = pytest.mark.slow(LedgerMachine.TestCase)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["put", "replace", "remove", "run"]),
+@given(st.lists(st.tuples(st.sampled_from(["put", "replace", "remove", "run", "commit"]),
                           st.sampled_from(["a", "b", 'c"é', "d/\\"])), max_size=30))
-def test_commits_serialize_as_the_whole_document_does(steps):
-    """The serializer that reuses unchanged records' JSON writes exactly `dumps`' bytes."""
+def test_the_record_store_writes_the_bytes_of_the_plain_document(steps):
+    """Records held as bytes once committed (`RecordStore`) are written, in chunks, exactly as
+    orjson writes the same document held as dicts, and read back as the same records."""
     doc = new_document(now=1.0)
-    serializer = Serializer()
+    store = RecordStore()
+    held = dict(doc, tasks=store)
     for op, tid in steps:
-        if op == "put" and tid not in doc["tasks"]:
-            doc["tasks"][tid] = new_record({"task_id": tid, "x": len(tid)}, "f" * 8)
-        elif op == "replace" and tid in doc["tasks"]:
-            doc["tasks"][tid] = started(doc["tasks"][tid], host="h", pid=1, worker=None,
-                                        device_group=[0, 1], at=2.5)
+        tasks = doc["tasks"]
+        if op == "put" and tid not in tasks:
+            tasks[tid] = store[tid] = new_record({"task_id": tid, "x": len(tid)}, "f" * 8)
+        elif op == "replace" and tid in tasks:
+            tasks[tid] = store[tid] = started(store[tid], host="h", pid=1, worker=None,
+                                              device_group=[0, 1], at=2.5)
         elif op == "remove":
-            doc["tasks"].pop(tid, None)
+            tasks.pop(tid, None)
+            store.pop(tid, None)
         elif op == "run":
             doc["runs"].append({"id": tid, "status": "running"})
-        assert serializer.dumps(doc) == dumps(doc)
+        elif op == "commit":
+            store.parts([tid] if tid in store else [])
+        assert dumps(held) == dumps(doc) == orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE)
+        assert dict(store) == tasks and list(store) == list(tasks)
+        assert all(store.status(t) == rec["status"] for t, rec in tasks.items())
