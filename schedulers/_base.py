@@ -47,6 +47,7 @@ class Scheduler(abc.ABC):
 
     def flush(self) -> None:
         """Called after each round of `submit` calls: send what was buffered (batching)."""
+        return None
 
     def take_back(self) -> None:
         """Give back every submitted task that has not started yet (queued here, or held ahead
@@ -58,3 +59,4 @@ class Scheduler(abc.ABC):
 
     def stop(self) -> None:
         """Release workers. Tasks still running are abandoned; the engine records them."""
+        return None

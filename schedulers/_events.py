@@ -7,7 +7,7 @@ import os
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from ._host import HOST
 
@@ -111,6 +111,6 @@ class TakenBack:
     attempt: int
 
 
-Event = Union[Started, Outcome, TakenBack]
+Event = Started | Outcome | TakenBack
 #: Called with one event, or with a list of events that arrived together (in order).
 Report = Callable[[Event | list[Event]], None]

@@ -11,19 +11,18 @@ finished, or the error of a process that raised (named in the message).
 
 from __future__ import annotations
 
-import pickle
 import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
+from . import _messages as msg
 from ._child import ChildProcess
 from ._devices import Group, device_environment, group_devices, group_processes
 from ._events import ErrorInfo, Outcome, OutcomeKind, Placement, Task
+from ._messages import Done
 from ._usage import combined
-from ._worker import TAKE_BACK
 
 # The variables of a launch of K processes, as `solvers.distributed` reads them.
 COORDINATOR = "DIFFSOUP_COORDINATOR"
@@ -65,19 +64,20 @@ def _environments(group: Group | None, port: int | None) -> list[dict[str, str]]
 
 @dataclass(eq=False)
 class WorkerGroup:
-    """The processes of one device group, and the task they run or hold."""
+    """The processes of one device group, and the task they run or hold. Its methods are the
+    only code that changes its fields."""
 
     index: int
     group: Group | None
     members: list[ChildProcess]
     port: int | None = None
-    start_failures: int = 0
+    start_failures: int = 0  # how many times in a row the slot's worker died before ready
     pids: dict[int, int] = field(default_factory=dict)  # member -> pid, once it is ready
     task: Task | None = None  # running (a "begin" arrived)
     held: deque[Task] = field(default_factory=deque)  # sent, not begun yet
     begun: float = 0.0
-    deadline: float = float("inf")
-    done: dict[int, tuple[str, Any, float, float, Any]] = field(default_factory=dict)
+    deadline: float = float("inf")  # monotonic: past it the running task is ended
+    done: dict[int, Done] = field(default_factory=dict)  # member -> its end of the task
     recalls: int = 0  # take-backs sent that the worker has not answered yet
     several: bool = field(init=False, default=False)  # more than one process
     ready: bool = field(init=False, default=False)  # every process said it is ready
@@ -92,7 +92,7 @@ class WorkerGroup:
               start: Callable[[str, dict[str, str]], ChildProcess] = ChildProcess
               ) -> WorkerGroup:
         """Start the group's processes with ``start(name, env)`` and send each the pickled
-        ``fn``."""
+        ``fn``; ``failures``: how many times in a row this slot's worker died before ready."""
         several = group is not None and len(group_processes(group)) > 1
         port = coordinator_port(ports_in_use) if several else None
         members = []
@@ -119,9 +119,12 @@ class WorkerGroup:
         return self.pids.get(0, 0)
 
     def joined(self, member: int, pid: int) -> bool:
-        """Process ``member`` (pid ``pid``) is ready; True once every process is."""
+        """Process ``member`` (pid ``pid``) is ready; True once every process is (then the
+        slot's start failures are forgotten)."""
         self.pids[member] = pid
         self.ready = len(self.pids) == len(self.members)
+        if self.ready:
+            self.start_failures = 0
         return self.ready
 
     @property
@@ -137,16 +140,16 @@ class WorkerGroup:
     def describe(self, member: int) -> str:
         """Who a member is, for messages: the worker, or one process of a group."""
         pid = self.pids.get(member) or self.members[member].pid
-        if not self.several:
+        if self.group is None or not self.several:
             return f"worker {self.name} (pid {pid}, device group {self.group})"
-        devices = group_processes(self.group)[member]  # type: ignore[arg-type]
+        devices = group_processes(self.group)[member]
         return (f"process {member} of {len(self.members)} (pid {pid}, devices {devices}) of "
                 f"worker {self.name} (device group {self.group})")
 
+    # ------------------------------------------------------------------ sending
     def send(self, task: Task) -> None:
         """Send ``task`` to every process; raises if it cannot be pickled."""
-        payload = pickle.dumps(("task", task.task_id, task.attempt, task.item),
-                               protocol=pickle.HIGHEST_PROTOCOL)
+        payload = msg.task(task)
         self.held.append(task)
         for member in self.members:
             try:
@@ -161,7 +164,7 @@ class WorkerGroup:
         if self.several or not self.held:
             return False
         try:
-            self.members[0].conn.send_bytes(TAKE_BACK)
+            self.members[0].conn.send_bytes(msg.TAKE_BACK)
         except OSError:  # it is gone; the monitor replaces it, and `release` gives them back
             pass
         self.recalls += 1
@@ -184,6 +187,7 @@ class WorkerGroup:
         self.recalls = 0
         return held, recalled
 
+    # ------------------------------------------------------------------ the running task
     def begin(self, task_id: str, begun: float, timeout: float | None) -> Task | None:
         """A process began ``task_id``: the task, if this starts it (the first process to)."""
         if self.task is None and self.held and self.held[0].task_id == task_id:
@@ -192,8 +196,31 @@ class WorkerGroup:
             return self.task
         return None
 
+    def finished(self, member: int, done: Done, grace: float) -> bool:
+        """Process ``member`` ended the running task; True once every process did. One that
+        raised gives the others ``grace`` more seconds (they may wait for it in a collective)."""
+        if self.task is None or self.task.task_id != done.task_id:
+            return False  # a task this group no longer runs (it timed out meanwhile)
+        self.done[member] = done
+        if len(self.done) == len(self.members):
+            return True
+        if done.kind is OutcomeKind.ERROR:
+            self.deadline = min(self.deadline, time.monotonic() + grace)
+        return False
+
+    def drop_task(self) -> Task | None:
+        """The running task, which no longer runs here (its worker was lost, it timed out, or
+        workers cannot start)."""
+        task, self.task, self.deadline = self.task, None, float("inf")
+        return task
+
     def errors(self) -> list[int]:
-        return [j for j, (how, *_) in sorted(self.done.items()) if how == "error"]
+        return [j for j, d in sorted(self.done.items()) if d.kind is OutcomeKind.ERROR]
+
+    def raised_meanwhile(self) -> str:
+        """What the processes that raised said, for the message of a group that was lost."""
+        return "".join(f"; process {j} raised meanwhile {self.done[j].value.type}: "
+                       f"{self.done[j].value.message}" for j in self.errors())
 
     def outcome(self, host: str, note: str = "") -> Outcome:
         """The running task's outcome from what its processes sent; clears the task.
@@ -201,31 +228,32 @@ class WorkerGroup:
         Process 0's result when all finished without error; otherwise the error of the first
         process (by rank) that raised, naming it, the others that raised, and ``note``.
         """
-        task = self.task
+        task = self.drop_task()
         assert task is not None
-        self.task, self.deadline = None, float("inf")
         where = self.placement(host)
-        if not self.several and self.done.get(0, ("",))[0] == "result":  # the common case
-            _, value, begun, ended, usage = self.done[0]
+        first = self.done.get(0)
+        if not self.several and first is not None and first.kind is OutcomeKind.RESULT:
             return Outcome(task.task_id, task.attempt, OutcomeKind.RESULT, where,
-                           min(begun, self.begun), ended, result=value, usage=usage)
-        begun = min([self.begun] + [d[2] for d in self.done.values()])
+                           min(first.begun, self.begun), first.ended, result=first.value,
+                           usage=first.usage)  # the common case
+        ends = list(self.done.values())
+        begun = min([self.begun] + [d.begun for d in ends])
         finished = len(self.done) == len(self.members)
-        ended = max(d[3] for d in self.done.values()) if finished else time.time()
-        usage = combined([d[4] for d in self.done.values()]) if finished else None
+        ended = max(d.ended for d in ends) if finished else time.time()
+        usage = combined([d.usage for d in ends]) if finished else None
         errors = self.errors()
         if not errors:
             return Outcome(task.task_id, task.attempt, OutcomeKind.RESULT, where, begun, ended,
-                           result=self.done[0][1], usage=usage)
-        first: ErrorInfo = self.done[errors[0]][1]
+                           result=self.done[0].value, usage=usage)
+        error: ErrorInfo = self.done[errors[0]].value
         if self.several:
             others = errors[1:]
             also = (f"; process {others[0]} raised too" if len(others) == 1 else
                     f"; processes {others} raised too" if others else "")
-            first = ErrorInfo(first.type, f"{self.describe(errors[0])} raised: {first.message}"
-                              f"{also}{note}", first.traceback)
+            error = ErrorInfo(error.type, f"{self.describe(errors[0])} raised: {error.message}"
+                              f"{also}{note}", error.traceback)
         return Outcome(task.task_id, task.attempt, OutcomeKind.ERROR, where, begun, ended,
-                       error=first, usage=usage)
+                       error=error, usage=usage)
 
     def kill(self) -> None:
         """End every process of the group and release them."""

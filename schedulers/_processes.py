@@ -10,16 +10,11 @@ A group given per process, ``((0,), (1,))``, runs each task on all its processes
 (`schedulers._group`): one that dies takes the whole group down, which is started again on a
 new coordinator port, and a process that raises makes the task fail, named in the message.
 
-When tasks are short (under `LOOKAHEAD_BELOW` seconds on average) each busy one-process worker
-also holds the next tasks, about `HOLD_AHEAD` seconds of them, so it starts each without waiting
-for a round trip to the driver. A held task has not started: if its worker dies it goes back to
-the queue unmarked.
-
-The driver's monitor thread runs under Linux's ``SCHED_BATCH`` policy: with its usual share of
-the CPU, but a worker's message does not make it preempt that worker on its core (a socket's
-wake-up puts the reader on the writer's core), so a worker goes on with its next task while the
-driver records the last one. With tasks of 10 ms and a worker on each of two cores, this and
-holding more than one task were worth about one point of efficiency.
+This module holds the scheduler and its monitor thread, the selector loop that reads the
+workers' messages (`schedulers._messages`) and notices their exits and deadlines. Which worker
+gets which task, and how many a busy worker holds ahead, is `schedulers._dispatch`; what a
+worker's death or a timeout does is `schedulers._failures`; the monitor runs under
+``SCHED_BATCH`` (`schedulers._thread_policy`).
 
 Workers die with the driver (`schedulers._worker`), and each takes its task's subprocesses with
 it (its process group). Before its first worker starts, a scheduler kills any worker of this
@@ -30,11 +25,7 @@ so a resumed campaign never runs a task beside an old copy of it.
 from __future__ import annotations
 
 import logging
-import math
 import os
-import selectors
-import signal
-import sys
 import threading
 import time
 from collections import deque
@@ -42,9 +33,11 @@ from collections.abc import Callable
 from multiprocessing import Pipe
 from typing import Any
 
+from . import _dispatch, _failures
+from . import _messages as msg
 from ._base import Scheduler
 from ._child import ChildProcess, Spawner, end_orphans
-from ._devices import Group, group_processes, normalize_groups, visible_gpus
+from ._devices import Group, normalize_groups, visible_gpus
 from ._events import (
     ErrorInfo,
     Event,
@@ -58,24 +51,11 @@ from ._events import (
 )
 from ._group import WorkerGroup
 from ._host import HOST
+from ._mean import RunningMean
+from ._selector import Members, WorkerSelector
+from ._thread_policy import no_wakeup_preemption
 
 logger = logging.getLogger(__name__)
-
-#: A slot whose worker dies this many times in a row before it is ready is given up.
-MAX_START_FAILURES = 3
-#: Busy workers hold their next task while the mean task takes less than this (seconds).
-LOOKAHEAD_BELOW = 1.0
-#: Seconds of tasks a busy worker holds (at least one, at most `MAX_HELD`): enough that a driver
-#: answering at the next scheduler tick leaves no gap.
-HOLD_AHEAD = 0.01
-MAX_HELD = 8
-#: Tasks per worker the scheduler queues beyond those running and held; the engine tops the
-#: queue up when half of it is gone, one thread switch of the driver per that many tasks.
-QUEUED_PER_WORKER = 4
-#: Seconds the other processes of a group get to finish a task after one of them raised,
-#: before the group is restarted (they may wait in a collective for the one that raised).
-ERROR_GRACE = 5.0
-
 
 class ProcessesScheduler(Scheduler):
     """Run tasks in worker processes, one per device group (K for a group of K processes).
@@ -96,30 +76,16 @@ class ProcessesScheduler(Scheduler):
                  workers: int | None = None):
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        groups: list[Group | None] | None = normalize_groups(device_groups,
-                                                             several_processes=True)
-        if groups is None:
-            gpus = visible_gpus()
-            if gpus:
-                groups = [(g,) for g in gpus]
-            else:
-                count = workers or os.cpu_count() or 1
-                if count < 1:
-                    raise ValueError(f"workers must be >= 1, got {workers!r}")
-                groups = [None] * count
-        self.groups: list[Group | None] = groups
+        self.groups = _groups(device_groups, workers)
         self.timeout = timeout
         self._lock = threading.Lock()
         self._pending: deque[Task] = deque()
         self._workers: list[WorkerGroup] = []
         self._stopping = False
         self._fatal: ErrorInfo | None = None
-        self._mean = 0.0  # mean task duration (seconds), once one finished
-        self._seen = 0
-        # a one-process worker runs one task and holds more; a group of several runs one
-        self._queued = QUEUED_PER_WORKER * len(groups)
-        self._slots = self._queued + sum(1 if g is not None and len(group_processes(g)) > 1
-                                         else 1 + MAX_HELD for g in groups)
+        self._mean = RunningMean(_dispatch.MEAN_WINDOW)  # of task durations (seconds)
+        self._queued = _dispatch.queued(self.groups)
+        self._slots = _dispatch.slots(self.groups)
         self._generation = 0  # changes whenever self._workers does
         self._events: list[Event] = []  # reported together at the end of each locked step
 
@@ -168,15 +134,12 @@ class ProcessesScheduler(Scheduler):
             self._monitor.join(timeout=5.0)
         with self._lock:  # what the workers said before the end: tasks begun, results
             for w in workers:
-                for j, member in enumerate(w.members):
-                    while not member.conn.closed and member.conn.poll():
-                        if not self._receive(w, j):
-                            break
+                self._drain(w)
             self._report_events()
         for w in workers:
             for member in w.members:
                 try:
-                    member.conn.send(None)
+                    member.conn.send_bytes(msg.STOP)
                 except OSError:
                     pass
         deadline = time.monotonic() + 5.0
@@ -228,27 +191,16 @@ class ProcessesScheduler(Scheduler):
             pass
 
     def _assign_locked(self) -> None:
-        if not self._pending:
-            return
-        for w in self._workers:  # first every idle worker gets a task
-            if self._pending and w.idle:
-                self._send(w)
-        if self._seen and self._mean < LOOKAHEAD_BELOW:  # then busy ones hold the next ones
-            depth = min(MAX_HELD, max(1, math.ceil(HOLD_AHEAD / max(self._mean, 1e-6))))
-            for _ in range(depth):  # in rounds, so that every worker gets its share
-                for w in self._workers:
-                    if not self._pending:
-                        return
-                    if (w.ready and not w.several and w.task is not None
-                            and len(w.held) < depth):
-                        self._send(w)
+        if self._pending:
+            _dispatch.assign(self._pending, self._workers, _dispatch.hold_depth(self._mean),
+                             self._send)
 
     def _send(self, w: WorkerGroup) -> None:
         task = self._pending.popleft()
         try:
             w.send(task)
-        except Exception as exc:  # e.g. an item that cannot be pickled
-            self._fail_locked(task, ErrorInfo.from_exception(exc))
+        except Exception as exc:  # noqa: BLE001 -- e.g. an item that cannot be pickled: any
+            self._fail_locked(task, ErrorInfo.from_exception(exc))  # error is the task's
 
     def _requeue(self, w: WorkerGroup) -> None:
         """Tasks held by a worker that is gone go back to the front of the queue, unmarked, or
@@ -263,45 +215,28 @@ class ProcessesScheduler(Scheduler):
     def _fail_locked(self, task: Task, error: ErrorInfo) -> None:
         now = time.time()
         self._emit(Outcome(task.task_id, task.attempt, OutcomeKind.ERROR, Placement.here(),
-                            now, now, error=error))
+                           now, now, error=error))
 
-    # ------------------------------------------------------------------ monitoring
+    # ------------------------------------------------------------------ the selector loop
     def _watch(self) -> None:
-        _no_wakeup_preemption()
-        with selectors.DefaultSelector() as selector:
-            watched: dict[Any, int] = {}  # what the selector watches -> its fd
-            generation = -1
-            by_conn: dict[Any, tuple[WorkerGroup, int]] = {}
-            by_sentinel: dict[Any, tuple[WorkerGroup, int]] = {}
+        no_wakeup_preemption()
+        selector = WorkerSelector(self._wake_r)
+        try:
             while True:
                 with self._lock:
                     if self._stopping:
                         return
-                    changed = generation != self._generation
-                    if changed:
-                        generation = self._generation
-                        by_conn = {m.conn: (w, j) for w in self._workers
-                                   for j, m in enumerate(w.members)}
-                        by_sentinel = {m.sentinel: (w, j) for w in self._workers
-                                       for j, m in enumerate(w.members)
-                                       if m.sentinel is not None}
+                    selector.follow(self._workers, self._generation)
                     nearest = min((w.deadline for w in self._workers), default=float("inf"))
-                # One selector for the whole run, changed only when workers are replaced (a new
-                # poll set per wake-up cost more than the tasks' own messages).
-                if changed:
-                    wanted = {self._wake_r, *by_conn, *by_sentinel}
-                    for gone in set(watched) - wanted:  # by the fd it had: it may be closed now
-                        selector.unregister(watched.pop(gone))
-                    for new in wanted - set(watched):
-                        watched[new] = _fd(new)
-                        selector.register(watched[new], selectors.EVENT_READ, new)
                 timeout = (None if nearest == float("inf")
                            else max(0.0, nearest - time.monotonic()))
-                ready = [key.data for key, _ in selector.select(timeout)]
-                self._handle_ready(ready, by_conn, by_sentinel, nearest)
+                ready = selector.select(timeout)
+                self._handle_ready(ready, selector.by_conn, selector.by_sentinel, nearest)
+        finally:
+            selector.close()
 
-    def _handle_ready(self, ready: list[Any], by_conn: dict[Any, tuple[WorkerGroup, int]],
-                      by_sentinel: dict[Any, tuple[WorkerGroup, int]], nearest: float) -> None:
+    def _handle_ready(self, ready: list[Any], by_conn: Members, by_sentinel: Members,
+                      nearest: float) -> None:
         """One wake-up of the monitor: messages, exits, deadlines (the earliest: ``nearest``)."""
         with self._lock:
             if self._stopping:
@@ -320,11 +255,8 @@ class ProcessesScheduler(Scheduler):
             for w, j in dead.items():
                 if w not in self._workers:  # already replaced (its fn could not load)
                     continue
-                for k, member in enumerate(w.members):
-                    while member.conn.poll():  # what they sent before it died comes first
-                        if not self._receive(w, k):
-                            break
-                self._replace(w, self._death_cause(w, j))
+                self._drain(w)  # what they sent before it died comes first
+                self._replace(w, _failures.death_cause(w, j))
             if nearest <= time.monotonic():
                 now = time.monotonic()
                 for w in list(self._workers):
@@ -333,58 +265,39 @@ class ProcessesScheduler(Scheduler):
             self._assign_locked()
             self._report_events()
 
+    def _drain(self, w: WorkerGroup) -> None:
+        """Receive every message the processes of ``w`` sent and the monitor did not read."""
+        for j, member in enumerate(w.members):
+            while not member.conn.closed and member.conn.poll():
+                if not self._receive(w, j):
+                    break
+
     def _receive(self, w: WorkerGroup, j: int) -> bool:
         try:
             message = w.members[j].conn.recv()
         except (EOFError, OSError):
             return False
-        for one in message if isinstance(message, list) else (message,):
+        for one in msg.read(message):
             self._handle(w, j, one)
         return True
 
-    def _handle(self, w: WorkerGroup, j: int, message: tuple) -> None:
-        kind = message[0]
-        if kind == "ready":
-            if w.joined(j, message[1]):
-                w.start_failures = 0
-        elif kind == "fatal":
-            self._give_up(w, message[1])
-        elif kind == "returned":
-            for task in w.given_back(message[1]):
-                self._emit(TakenBack(task.task_id, task.attempt))
-        elif kind == "begin":
-            _, task_id, attempt, begun = message
-            if w.begin(task_id, begun, self.timeout) is not None:
-                self._emit(Started(task_id, attempt, w.placement(HOST), begun))
-        elif kind == "done":
-            _, task_id, attempt, how, value, begun, ended, usage = message
-            if w.task is None or w.task.task_id != task_id:
-                return
-            w.done[j] = (how, value, begun, ended, usage)
-            if len(w.done) == len(w.members):
-                self._seen += 1
-                self._mean += ((ended - w.begun) - self._mean) / min(self._seen, 100)
+    def _handle(self, w: WorkerGroup, j: int, m: msg.FromWorker) -> None:
+        if type(m) is msg.Done:
+            if w.finished(j, m, _failures.ERROR_GRACE):
+                self._mean.add(m.ended - w.begun)
                 self._emit(w.outcome(HOST))
-            elif how == "error":  # the others may wait for it in a collective: not for ever
-                w.deadline = min(w.deadline, time.monotonic() + ERROR_GRACE)
+        elif type(m) is msg.Begin:
+            if w.begin(m.task_id, m.time, self.timeout) is not None:
+                self._emit(Started(m.task_id, m.attempt, w.placement(HOST), m.time))
+        elif type(m) is msg.Returned:
+            for task in w.given_back(m.task_ids):
+                self._emit(TakenBack(task.task_id, task.attempt))
+        elif type(m) is msg.Ready:
+            w.joined(j, m.pid)
+        elif type(m) is msg.Fatal:
+            self._give_up(m.error)
 
-    def _death_cause(self, w: WorkerGroup, j: int) -> str:
-        where = w.describe(j)
-        member = w.members[j]
-        member.join(2.0)  # its socket closes a moment before it exits
-        if member.is_alive():  # it closed its end of the socket: of no use any more
-            member.kill()
-            member.join()
-            return f"{where} closed its connection to the driver and was killed"
-        code = member.exitcode
-        how = f"exit code {code}"
-        if code is not None and code < 0:
-            try:
-                how = f"signal {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"signal {-code}"
-        return f"{where} died with {how}"
-
+    # ------------------------------------------------------------------ failures
     def _restart(self, w: WorkerGroup, failures: int = 0) -> None:
         """End every process of ``w`` and start the group again in its place."""
         self._requeue(w)
@@ -392,95 +305,68 @@ class ProcessesScheduler(Scheduler):
         self._workers[self._workers.index(w)] = self._spawn(w.index, w.group, failures)
         self._generation += 1
 
-    def _replace(self, w: WorkerGroup, cause: str) -> None:
-        """A worker died: report its task lost and start another in its place.
+    def _remove(self, w: WorkerGroup) -> None:
+        self._requeue(w)
+        w.kill()
+        self._workers.remove(w)
+        self._generation += 1
 
-        For a group of several processes the others are killed too and the group starts again
-        on a new coordinator port. The task is lost even when another process raised meanwhile:
-        its collectives fail once a peer is gone (the error is quoted in the message).
-        """
+    def _replace(self, w: WorkerGroup, cause: str) -> None:
+        """A worker died: report its task lost and start another in its place (for a group of
+        several, the others are killed and the group starts again, `schedulers._failures`)."""
         whole = " (the other processes of the group were killed)" if w.several else ""
-        if w.task is not None:
-            logger.warning("%s while running task %r; replacing it%s", cause, w.task.task_id,
+        task = w.drop_task() if w.task is not None else None
+        if task is not None:
+            logger.warning("%s while running task %r; replacing it%s", cause, task.task_id,
                            whole)
-            task, w.task = w.task, None
-            meanwhile = "".join(f"; process {j} raised meanwhile {w.done[j][1].type}: "
-                                f"{w.done[j][1].message}" for j in w.errors())
-            self._emit(Outcome(task.task_id, task.attempt, OutcomeKind.LOST,
-                                w.placement(HOST), w.begun, time.time(),
-                                error=ErrorInfo("WorkerLost", f"{cause} while running the "
-                                                              f"task{whole}{meanwhile}")))
+            self._emit(_failures.lost(w, task, cause, HOST))
         else:
             logger.warning("%s; replacing it%s", cause, whole)
-        failures = 0 if w.ready else w.start_failures + 1
+        failures = _failures.start_failures(w)
         if self._fatal is not None:
-            self._requeue(w)
-            w.kill()
-            self._workers.remove(w)
-            self._generation += 1
+            self._remove(w)
             while self._pending:
                 self._fail_locked(self._pending.popleft(), self._fatal)
-            return
-        if failures >= MAX_START_FAILURES:
+        elif failures >= _failures.MAX_START_FAILURES:
             self._requeue(w)
-            self._give_up(w, ErrorInfo("WorkerStartError",
-                                       f"{cause} before it was ready, {failures} times in a row"))
-            w.kill()
-            self._workers.remove(w)
-            self._generation += 1
-            return
-        self._restart(w, failures)
+            self._give_up(_failures.cannot_start(cause, failures))
+            self._remove(w)
+        else:
+            self._restart(w, failures)
 
     def _expire(self, w: WorkerGroup) -> None:
         """A task's deadline passed: its timeout, or the grace after one of its processes raised."""
         if w.errors():
-            late = sorted(set(range(len(w.members))) - set(w.done))
-            who = f"process {late[0]}" if len(late) == 1 else f"processes {late}"
-            self._emit(w.outcome(HOST, f"; {who} had not finished {ERROR_GRACE:g} s later and "
-                                        "the group was restarted"))
+            self._emit(w.outcome(HOST, _failures.late_note(w)))
         else:
-            task, w.task = w.task, None
+            task = w.drop_task()
             assert task is not None
-            pids = ", ".join(str(pid) for _, pid in sorted(w.pids.items()))
-            self._emit(Outcome(task.task_id, task.attempt, OutcomeKind.ERROR,
-                                w.placement(HOST), w.begun, time.time(), error=ErrorInfo(
-                                    "TaskTimeout",
-                                    f"the task ran longer than timeout={self.timeout} s; its "
-                                    f"worker {w.name} (pid {pids}) was killed and replaced")))
+            self._emit(_failures.timed_out(w, task, self.timeout, HOST))
         self._restart(w)
 
-    def _give_up(self, w: WorkerGroup, error: ErrorInfo) -> None:
+    def _give_up(self, error: ErrorInfo) -> None:
         """Workers cannot start (fn cannot be loaded): fail every task with the reason."""
         logger.error("worker processes cannot start: %s: %s", error.type, error.message)
         self._fatal = error
         for other in self._workers:
-            if other.task is not None:
-                self._fail_locked(other.task, error)
-                other.task = None
+            task = other.drop_task()
+            if task is not None:
+                self._fail_locked(task, error)
             self._requeue(other)
         while self._pending:
             self._fail_locked(self._pending.popleft(), error)
 
 
-def _set_policy(policy: int) -> bool:
-    """Put the calling thread under a non-real-time scheduling ``policy`` (Linux only)."""
-    try:
-        os.sched_setscheduler(threading.get_native_id(), policy, os.sched_param(0))
-    except OSError as exc:
-        logger.debug("could not change the monitor thread's scheduling policy: %s", exc)
-        return False
-    return True
-
-
-def _no_wakeup_preemption() -> bool:
-    """Put the calling thread under ``SCHED_BATCH`` if it runs under the default policy (Linux);
-    True if it did. Elsewhere, or if refused, nothing changes."""
-    if not sys.platform.startswith("linux") or not hasattr(os, "SCHED_BATCH"):
-        return False
-    if os.sched_getscheduler(0) != os.SCHED_OTHER:  # the user chose a policy: keep it
-        return False
-    return _set_policy(os.SCHED_BATCH)
-
-
-def _fd(thing: Any) -> int:
-    return thing if isinstance(thing, int) else thing.fileno()
+def _groups(device_groups: Any, workers: int | None) -> list[Group | None]:
+    """The device groups, one worker each: those given, else one per visible GPU, else
+    ``workers`` CPU workers (default: the CPU count)."""
+    groups = normalize_groups(device_groups, several_processes=True)
+    if groups is not None:
+        return list(groups)
+    gpus = visible_gpus()
+    if gpus:
+        return [(g,) for g in gpus]
+    count = workers or os.cpu_count() or 1
+    if count < 1:
+        raise ValueError(f"workers must be >= 1, got {workers!r}")
+    return [None] * count

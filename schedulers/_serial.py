@@ -37,11 +37,9 @@ class SerialScheduler(Scheduler):
                 value = self.fn(task.item)
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as exc:
-            exc = exc.with_traceback(exc.__traceback__.tb_next)  # drop this frame
+        except BaseException as exc:  # noqa: BLE001 -- any other is the task's failure
             self.report(Outcome(task.task_id, task.attempt, OutcomeKind.ERROR, where, begun,
-                                time.time(), error=ErrorInfo.from_exception(exc),
-                                usage=meter.usage))
+                                time.time(), error=ErrorInfo.capture(exc), usage=meter.usage))
         else:
             self.report(Outcome(task.task_id, task.attempt, OutcomeKind.RESULT, where, begun,
                                 time.time(), result=value, usage=meter.usage))

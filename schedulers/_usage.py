@@ -108,7 +108,7 @@ def gpu_peak_bytes() -> int | None:
             stats = device.memory_stats() if device.platform in _GPU_PLATFORMS else None
             if stats and isinstance(stats.get("peak_bytes_in_use"), int):
                 peaks.append(stats["peak_bytes_in_use"])
-    except Exception:  # a broken backend is fn's business, not the measurement's
+    except Exception:  # noqa: BLE001 -- a broken backend is fn's business, not ours
         return None
     return max(peaks) if peaks else None
 

@@ -33,22 +33,13 @@ import time
 from collections import deque
 from typing import Any
 
+from . import _messages as msg
 from ._events import ErrorInfo
+from ._messages import TAKE_BACK, TaskMessage
 from ._usage import Meter
 
-# From the driver: the pickled fn (bytes, first), then ("task", task_id, attempt, item) | None.
-# From a worker: ("ready", pid) | ("fatal", ErrorInfo) | ("begin", task_id, attempt, time)
-#   | ("done", task_id, attempt, kind, value, started, ended, usage) with kind "result" or
-#   "error" and usage what fn used (schedulers._usage),
-#   or a list of these: a "done" and the "begin" of the next task, already waiting, in one send
-#   (one wake-up of the driver instead of two).
-# The driver may send a task while the previous one runs; it waits in the socket until then.
-# Messages are framed as multiprocessing.connection.Connection frames them (the driver reads
-# them with one): a 4-byte big-endian signed length, or -1 and an 8-byte length, then the bytes.
-
-#: The driver's take-back (a frame of its own, not a pickle): give back the tasks sent before it
-#: that have not begun.
-TAKE_BACK = b"take-back"
+# The messages both ways are built and read in `schedulers._messages`; their framing is
+# multiprocessing.connection.Connection's (the driver reads them with one).
 
 _SHORT = struct.Struct("!i")
 _LONG = struct.Struct("!Q")
@@ -102,11 +93,6 @@ class Channel:
             self.buffer += chunk
         return data
 
-    def recv(self, block: bool = True) -> Any:
-        """The next message; without ``block``, `_NOTHING` when none is waiting."""
-        data = self.recv_bytes(block)
-        return _NOTHING if data is None else pickle.loads(data)
-
     def _read_ahead(self) -> None:
         """Move every whole message the driver sent meanwhile into `frames`, without waiting."""
         try:
@@ -119,26 +105,26 @@ class Channel:
         while (data := self._frame()) is not None:
             self.frames.append(data)
 
-    def next_message(self, block: bool = True) -> Any:
-        """The driver's next task (or None: stop); without ``block``, `_NOTHING` when none is
+    def next_task(self, block: bool = True) -> Any:
+        """The driver's next task (None: stop); without ``block``, `_NOTHING` when none is
         waiting. A task is taken only if no take-back arrived after it: the tasks a take-back
-        follows are given back, unstarted, with one ``("returned", task_ids)``."""
+        follows are given back, unstarted, in one `msg.returned`."""
         while (data := self.recv_bytes(block)) is not None:
             if data == TAKE_BACK:  # nothing held any more: every task it meant has begun
-                self.send(("returned", []))
+                self.send(msg.returned([]))
                 continue
             self._read_ahead()
             if TAKE_BACK not in self.frames:
-                return pickle.loads(data)
+                return msg.read_task(data)
             frames = list(self.frames)
             last = len(frames) - 1 - frames[::-1].index(TAKE_BACK)
             self.frames = deque(frames[last + 1:])
-            back = [pickle.loads(f) for f in [data, *frames[:last]] if f != TAKE_BACK]
-            if any(message is None for message in back):
+            back = [msg.read_task(f) for f in [data, *frames[:last]] if f != TAKE_BACK]
+            if any(t is None for t in back):
                 return None  # the driver stops
-            self.send(("returned", [message[1] for message in back]))
+            self.send(msg.returned([t.task_id for t in back if t is not None]))
             for _ in range(frames[:last].count(TAKE_BACK)):  # one answer per take-back
-                self.send(("returned", []))
+                self.send(msg.returned([]))
         return _NOTHING
 
     def send(self, message: Any) -> None:
@@ -247,51 +233,47 @@ def worker_main(channel: Channel) -> None:
         fn = cloudpickle.loads(channel.recv_bytes())
     except (EOFError, OSError):  # the driver is gone
         return
-    except BaseException as exc:
-        channel.send(("fatal", ErrorInfo.from_exception(exc)))
+    except BaseException as exc:  # noqa: BLE001 -- whatever loading fn raised, the driver
+        channel.send(msg.fatal(ErrorInfo.from_exception(exc)))  # says why tasks cannot run
         return
-    channel.send(("ready", os.getpid()))
+    channel.send(msg.ready(os.getpid()))
     try:
-        message = channel.next_message()
-        while message is not None:
-            _, task_id, attempt, item = message
+        task = channel.next_task()
+        while task is not None:
             begun = time.time()
-            channel.send(("begin", task_id, attempt, begun))
-            message = _run_tasks(channel, fn, task_id, attempt, item, begun)
+            channel.send(msg.begin(task, begun))
+            task = _run_tasks(channel, fn, task, begun)
     except (EOFError, OSError):  # the driver is gone
         return
 
 
-def _run_tasks(channel: Channel, fn: Any, task_id: str, attempt: int, item: Any,
-               begun: float) -> Any:
-    """Run tasks while the next one is already waiting; return the next message otherwise."""
+def _run_tasks(channel: Channel, fn: Any, task: TaskMessage, begun: float) -> Any:
+    """Run tasks while the next one is already waiting; return the next task otherwise."""
     meter = Meter()
     while True:
         try:
             with meter:
-                value = fn(item)
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the task's own doing
-            exc = exc.with_traceback(exc.__traceback__.tb_next if exc.__traceback__ else None)
-            done = ("done", task_id, attempt, "error", _error(exc), begun, time.time(),
-                    meter.usage)
+                value = fn(task.item)
+        except BaseException as exc:  # noqa: BLE001 -- SystemExit, KeyboardInterrupt too: the
+            done = msg.error(task, _error(exc), begun, time.time(), meter.usage)  # task's own
         else:
-            done = ("done", task_id, attempt, "result", value, begun, time.time(), meter.usage)
-        message = channel.next_message(block=False)
-        if message is _NOTHING:
+            done = msg.result(task, value, begun, time.time(), meter.usage)
+        after = channel.next_task(block=False)
+        if after is _NOTHING:
             channel.send_bytes(_pickled(done))
-            return channel.next_message()
-        if message is None:
+            return channel.next_task()
+        if after is None:
             channel.send_bytes(_pickled(done))
             return None
-        _, task_id, attempt, item = message
-        begun = time.time()
-        channel.send_bytes(_pickled([done, ("begin", task_id, attempt, begun)]))
+        task, begun = after, time.time()
+        channel.send_bytes(_pickled([done, msg.begin(task, begun)]))
 
 
 def _error(exc: BaseException) -> ErrorInfo:
-    """``exc`` as the task's error; one that is not an ``Exception`` says so (the worker goes
-    on: it ignores SIGINT, so a ``KeyboardInterrupt`` here was raised by ``fn`` itself)."""
-    info = ErrorInfo.from_exception(exc)
+    """``exc``, raised by fn, as the task's error (without this runner's frame); one that is
+    not an ``Exception`` says so (the worker goes on: it ignores SIGINT, so a
+    ``KeyboardInterrupt`` here was raised by ``fn`` itself)."""
+    info = ErrorInfo.capture(exc)
     if isinstance(exc, Exception):
         return info
     said = f"{info.message}; " if info.message else ""
@@ -303,13 +285,12 @@ def _pickled(message: Any) -> bytes:
     """``message`` pickled; a result that cannot be pickled becomes the task's error."""
     try:
         return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:
-        done = message[0] if isinstance(message, list) else message
-        _, task_id, attempt, _, value, begun, ended, usage = done
+    except Exception as exc:  # noqa: BLE001 -- whatever pickling the result raised is the task's
+        done = message[0] if isinstance(message, list) else message  # error, told to the driver
         info = ErrorInfo.from_exception(exc)
-        error = ErrorInfo(info.type, f"the task returned a {type(value).__name__} that cannot "
-                                     f"be pickled to send it to the driver: {exc}",
-                          info.traceback)
-        done = ("done", task_id, attempt, "error", error, begun, ended, usage)
+        value = msg.returned_value(done)
+        done = msg.as_error(done, ErrorInfo(
+            info.type, f"the task returned a {type(value).__name__} that cannot be pickled to "
+                       f"send it to the driver: {exc}", info.traceback))
         return pickle.dumps([done, *message[1:]] if isinstance(message, list) else done,
                             protocol=pickle.HIGHEST_PROTOCOL)
