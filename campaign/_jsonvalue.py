@@ -1,8 +1,8 @@
 """Plain-JSON values: validation, the reversible encoding of non-finite floats, fingerprints.
 
 JSON has no NaN or infinity. The ledger stores a non-finite float as the one-key object
-``{"$float": "nan" | "inf" | "-inf"}`` and decodes it back on load (docs/ledger.md). Everything else is
-stored as standard JSON.
+``{"$float": "nan" | "inf" | "-inf"}`` and decodes it back on load (docs/ledger.md). Everything
+else is stored as standard JSON.
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from testkit import PYTHON, child_env
 
 from campaign import Ledger, read_ledger
 from campaign._items import prepare_items
 from campaign._records import new_record
-from testkit import PYTHON, child_env
 
 WRITER = Path(__file__).with_name("concurrent_writer.py")
 N = 1000
@@ -31,17 +31,20 @@ def test_two_processes_lose_no_update_in_1000_interleaved_writes(tmp_path):
     procs = [subprocess.Popen([PYTHON, str(WRITER), str(path), str(parity), str(N)],
                               env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True) for parity in (0, 1)]
+    pipes = [(proc.stdin, proc.stdout) for proc in procs]
     try:
-        for proc in procs:
-            assert proc.stdout.readline().strip() == "ready"
+        for _, reader in pipes:
+            assert reader is not None and reader.readline().strip() == "ready"
         for _ in range(TURNS):  # w0, w1, w0, ...: each write follows one of the other's
-            for proc in procs:
-                proc.stdin.write("turn\n")
-                proc.stdin.flush()
-                assert proc.stdout.readline().strip() == "wrote"
-        for proc in procs:
-            proc.stdin.write("free\n")
-            proc.stdin.flush()
+            for inp, reader in pipes:
+                assert inp is not None and reader is not None
+                inp.write("turn\n")
+                inp.flush()
+                assert reader.readline().strip() == "wrote"
+        for inp, _ in pipes:
+            assert inp is not None
+            inp.write("free\n")
+            inp.flush()
         commits, merges = [], []
         for proc in procs:
             out, _ = proc.communicate(timeout=300)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,8 +23,10 @@ def never(item):
         ([{"task_id": ""}], ["items[0]", "task_id ''"]),
         ([{"task_id": "a"}, "b"], ["items[1]", "str, not a dict"]),
         ([{"task_id": "a", "v": {1: 2}}], ["items[0]['v']", "key 1", "str(key)"]),
-        ([{"task_id": "a", "v": [1, {2, 3}]}], ["items[0]['v'][1]", "builtins.set", "not plain JSON"]),
-        ([{"task_id": "a", "v": np.zeros(3)}], ["items[0]['v']", "numpy.ndarray", "(3,)", ".tolist()"]),
+        ([{"task_id": "a", "v": [1, {2, 3}]}],
+         ["items[0]['v'][1]", "builtins.set", "not plain JSON"]),
+        ([{"task_id": "a", "v": np.zeros(3)}],
+         ["items[0]['v']", "numpy.ndarray", "(3,)", ".tolist()"]),
         ([{"task_id": "a", "v": 2**70}], ["items[0]['v']", "too large", "string"]),
         ([{"task_id": "a", "v": {"$float": "x"}}], ["reserves", "$float"]),
         ("abc", ["list of dicts"]),
@@ -49,8 +52,13 @@ def test_duplicate_task_ids_are_all_listed(ledger):
 def test_numpy_scalars_and_nonfinite_floats_in_items_are_accepted(ledger):
     items = [{"task_id": "a", "t": np.float32(1.5), "n": np.int64(3), "bad": math.inf,
               "seq": (1, 2)}]
-    seen = []
-    camp = checkpointed_map(lambda it: seen.append(it) or {"ok": True}, items, ledger_path=ledger)
+    seen: list[dict[str, Any]] = []
+
+    def fn(it):
+        seen.append(it)
+        return {"ok": True}
+
+    camp = checkpointed_map(fn, items, ledger_path=ledger)
     assert camp.complete and seen[0]["t"] == np.float32(1.5)
     item = camp.records["a"]["item"]
     assert item == {"task_id": "a", "t": 1.5, "n": 3, "bad": math.inf, "seq": [1, 2]}

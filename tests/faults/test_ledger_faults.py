@@ -15,15 +15,15 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
-
-from campaign import (DriverBusyError, ItemError, Ledger, LedgerError, checkpointed_map,
-                      read_ledger)
-from campaign._records import new_record, started
-from campaign._jsonvalue import fingerprint
 from cli_data.cli_helpers import campaign
 from testkit import PYTHON, child_env, wait_until
+
+from campaign import DriverBusyError, ItemError, Ledger, LedgerError, checkpointed_map, read_ledger
+from campaign._jsonvalue import fingerprint
+from campaign._records import new_record, started
 
 HERE = Path(__file__).resolve().parent
 NOT_UTF8 = os.fsdecode(b"caf\xe9")  # what a file name in Latin-1 becomes: 'caf\udce9'
@@ -43,7 +43,7 @@ def named_after_bad_bytes(item):
 def test_a_result_that_is_not_valid_utf8_fails_only_its_task(ledger, execution):
     ids = [f"T{i}" for i in range(12)] + ["K7"]
     items = [{"task_id": t, "x": i} for i, t in enumerate(ids)]
-    options = {"workers": 2} if execution == "processes" else {}
+    options: dict[str, Any] = {"workers": 2} if execution == "processes" else {}
     camp = checkpointed_map(named_after_bad_bytes, items, ledger_path=ledger,
                             execution=execution, **options)
     failed = {f.task_id: f for f in camp.failures}
@@ -61,20 +61,28 @@ def test_a_result_that_is_not_valid_utf8_fails_only_its_task(ledger, execution):
                for i, t in enumerate(ids) if t not in ("T7", "K7"))
 
 
-def _cycle_list():
-    a = [1]
+def _noting(seen: list[Any], result: dict[str, Any]) -> Any:
+    """A task function that notes each item it is called with and returns ``result``."""
+    def fn(item: Any) -> dict[str, Any]:
+        seen.append(item)
+        return result
+    return fn
+
+
+def _cycle_list() -> list[Any]:
+    a: list[Any] = [1]
     a.append(a)
     return a
 
 
-def _cycle_dict():
-    d = {"k": 1}
+def _cycle_dict() -> dict[str, Any]:
+    d: dict[str, Any] = {"k": 1}
     d["self"] = d
     return d
 
 
-def _nested(depth):
-    value = 0
+def _nested(depth: int) -> Any:
+    value: Any = 0
     for _ in range(depth):
         value = [value]
     return value
@@ -95,9 +103,9 @@ def test_an_item_the_ledger_could_not_write_is_refused_before_anything_runs(ledg
                                                                              words):
     checkpointed_map(lambda it: {"ok": 1}, [{"task_id": "T0"}], ledger_path=ledger)
     before = ledger.read_bytes()
-    called = []
+    called: list[Any] = []
     with pytest.raises(ItemError) as info:
-        checkpointed_map(lambda it: called.append(it) or {"ok": 1},
+        checkpointed_map(_noting(called, {"ok": 1}),
                          [{"task_id": "T0"}, {"task_id": "T1", "v": value}], ledger_path=ledger)
     for word in words:
         assert word in str(info.value)
@@ -176,9 +184,9 @@ def test_a_hand_edited_ledger_is_refused_before_anything_is_written(ledger, muta
     mutate(doc)
     ledger.write_text(json.dumps(doc))
     before = ledger.read_bytes()
-    called = []
+    called: list[Any] = []
     with pytest.raises(LedgerError) as info:
-        checkpointed_map(lambda it: called.append(it) or {"y": 0},
+        checkpointed_map(_noting(called, {"y": 0}),
                          [{"task_id": t, "x": i} for i, t in enumerate("abcd")],
                          ledger_path=ledger)
     message = str(info.value)
@@ -237,9 +245,9 @@ def test_a_driver_through_a_symlink_is_refused_while_the_first_lives(tmp_path):
                    and read_ledger(real)["tasks"]["t000"]["status"] == "running",
                    "the first driver's task, recorded running")
         before = real.read_bytes()  # the first driver writes nothing more while t000 waits
-        called = []
+        called: list[Any] = []
         with pytest.raises(DriverBusyError) as info:
-            checkpointed_map(lambda it: called.append(it) or {"x": 0},
+            checkpointed_map(_noting(called, {"x": 0}),
                              [{"task_id": "t000", "x": 0}], ledger_path=link)
         assert f"pid {first.pid}" in str(info.value) and not called
         assert real.read_bytes() == before and link.is_symlink()
