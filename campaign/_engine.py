@@ -13,6 +13,7 @@ from typing import Any
 
 from schedulers import (
     ErrorInfo,
+    Event,
     Outcome,
     OutcomeKind,
     Placement,
@@ -30,7 +31,7 @@ from ._ledger import Ledger
 from ._plan import nothing_to_run, plan
 from ._policy import Limits, settle, stopped
 from ._signals import sigint_ignored, signals_raise
-from ._status import ACCEPTED, RUNNING
+from ._status import ACCEPTED, RUNNING, RunStatus
 
 logger = logging.getLogger(__name__)
 
@@ -101,14 +102,7 @@ def checkpointed_map(
             (the task is recorded interrupted, with that type); any other exception raised by
             ``fn``, a `BaseException` included, is the task's failure, recorded with its type.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {fn!r}")
-    limits = Limits(retries, max_interruptions)
-    if execution == "serial" and (device_groups is not None or timeout is not None):
-        raise ValueError(
-            "device_groups and timeout need worker processes, which execution='serial' does not "
-            "use; drop them or pass execution='processes'"
-        )
+    limits = _checked(fn, retries, max_interruptions, execution, device_groups, timeout)
     prepared = prepare_items(items)
     scheduler = make_scheduler(execution, device_groups=device_groups, timeout=timeout,
                                **scheduler_options)
@@ -123,11 +117,26 @@ def checkpointed_map(
     return run.go(resume)
 
 
+def _checked(fn: Any, retries: int, max_interruptions: int, execution: str | Scheduler,
+             device_groups: Any, timeout: float | None) -> Limits:
+    """The run's retry bounds, once ``fn`` and the options that go together were checked."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {fn!r}")
+    limits = Limits(retries, max_interruptions)
+    if execution == "serial" and (device_groups is not None or timeout is not None):
+        raise ValueError(
+            "device_groups and timeout need worker processes, which execution='serial' does not "
+            "use; drop them or pass execution='processes'"
+        )
+    return limits
+
+
 class _Run:
     """One call of `checkpointed_map`: plans the tasks, dispatches them, records outcomes."""
 
-    def __init__(self, fn, prepared: list[PreparedItem], ledger: Ledger, scheduler: Scheduler,
-                 limits: Limits, progress):
+    def __init__(self, fn: Callable[[Any], Any], prepared: list[PreparedItem], ledger: Ledger,
+                 scheduler: Scheduler, limits: Limits,
+                 progress: Callable[[Progress], None] | None):
         self.fn = fn
         self.prepared = {p.task_id: p for p in prepared}
         self.ledger = ledger
@@ -157,7 +166,7 @@ class _Run:
         except BaseException as exc:
             self._abandon(exc)
             raise
-        ledger.close("finished")
+        ledger.close(RunStatus.FINISHED)
         return Campaign.from_records(ledger.path, list(self.prepared), ledger.tasks, self.refused,
                                      ledger_writes=ledger.commits,
                                      ledger_bytes_written=ledger.bytes_written,
@@ -219,9 +228,9 @@ class _Run:
             self.running.clear()
         try:
             with sigint_ignored():  # a second Ctrl-C must not cut this last write short
-                self.ledger.close("interrupted" if isinstance(exc, KeyboardInterrupt)
-                                  else "crashed")
-        except Exception as close_error:  # keep the original exception
+                self.ledger.close(RunStatus.INTERRUPTED if isinstance(exc, KeyboardInterrupt)
+                                  else RunStatus.CRASHED)
+        except Exception as close_error:  # noqa: BLE001 -- any: keep the original exception
             if close_error is not exc:  # (a LedgerWriteError is raised again by close)
                 logger.error("could not record the interruption in %s: %s", self.ledger.path,
                              close_error)
@@ -234,7 +243,7 @@ class _Run:
             rec = _records.new_record(p.stored, p.fingerprint)
         return rec
 
-    def _report(self, events: Started | Outcome | list[Started | Outcome]) -> None:
+    def _report(self, events: Event | list[Event]) -> None:
         finished = False
         with self.cond:
             for event in events if type(events) is list else (events,):

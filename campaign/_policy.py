@@ -87,21 +87,24 @@ def settle(rec: dict[str, Any], kind: OutcomeKind, *, limits: Limits, tries: int
     Returns:
         the new record and whether to run the task again now.
     """
-    times = {"at": at, "began": began, "where": where, "usage": usage}
+    def ended(status: str, **what: Any) -> dict[str, Any]:
+        return _records.finished(rec, status, at=at, began=began, where=where, usage=usage,
+                                 **what)
+
     if kind is OutcomeKind.RESULT:
         try:
             stored = encode_result(result, task_id=rec["item"].get("task_id"))
         except ResultError as exc:
             error = ErrorInfo("ResultError", str(exc))
         else:
-            return Decision(_records.finished(rec, ACCEPTED, result=stored, **times), False)
+            return Decision(ended(ACCEPTED, result=stored), False)
         kind = OutcomeKind.ERROR
     if error is None:
         raise ValueError(f"an outcome of kind {kind.value!r} needs the error that caused it")
     if kind is OutcomeKind.ERROR:
-        return Decision(_records.finished(rec, FAILED, error=error.as_dict(), **times),
+        return Decision(ended(FAILED, error=error.as_dict()),
                         tries <= limits.retries)
-    new = _records.finished(rec, INTERRUPTED, error=error.as_dict(), **times)
+    new = ended(INTERRUPTED, error=error.as_dict())
     if lost <= limits.max_interruptions:
         return Decision(new, True)
     new["status"] = FAILED
