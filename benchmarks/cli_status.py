@@ -75,7 +75,7 @@ def generate(path: Path, n: int, *, seed: int = 0, now: float | None = None) -> 
             status = Status.PENDING
         if status is not Status.PENDING:
             tries = 1 if status is not Status.FAILED else rng.randint(1, 3)
-            for attempt in range(tries):
+            for _ in range(tries):
                 if status is Status.RUNNING:
                     t = now - rng.uniform(1.0, 120.0)
                 rec = _records.started(rec, host="node017", pid=52345, worker=None,

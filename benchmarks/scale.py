@@ -19,6 +19,9 @@ fragments::
 
     python benchmarks/scale.py [--sizes 100000,1000000] [--claimers 200] [--array-tasks 100000]
                                [--array-modes threads,processes] [--seed 0] [--keep DIR]
+
+``--status LEDGER`` only times ``campaign status`` on that ledger (``--repeats`` times; e.g. the
+``run-1000000.json`` a run with ``--keep DIR`` left), printing the same line for each run.
 """
 
 from __future__ import annotations
@@ -103,9 +106,11 @@ def crash(n: int, ledger: Path, after: float) -> dict[str, Any]:
     from campaign import read_ledger
 
     proc, _ = _child([sys.executable, "-c", _DRIVER, str(n), str(ledger), "1000"])
+    out = proc.stdout
+    assert out is not None
     progress: list[tuple[int, float]] = []
     lines: list[bytes] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, b"")),
+    reader = threading.Thread(target=lambda: lines.extend(iter(out.readline, b"")),
                               daemon=True)
     reader.start()
     while not lines and proc.poll() is None:
@@ -260,8 +265,12 @@ def one_size(n: int, folder: Path, rng: random.Random) -> None:
     print(f"[{n}] no-op resume: {again['wall']:.2f} s (CPU {again['cpu']:.1f} s), "
           f"{again['compactions']} whole-file rewrites, {_mb(again['bytes'])} written, "
           f"peak RSS {_mb(again['rss'])}", flush=True)
+    print_status(ledger, str(n))
+
+
+def print_status(ledger: Path, label: str) -> None:
     got = status(ledger)
-    print(f"[{n}] campaign status: {got['wall']:.2f} s wall, CPU {got['cpu']:.2f} s, peak RSS "
+    print(f"[{label}] campaign status: {got['wall']:.2f} s wall, CPU {got['cpu']:.2f} s, peak RSS "
           f"{_mb(got['rss'])}", flush=True)
 
 
@@ -273,7 +282,14 @@ def main() -> None:
     parser.add_argument("--array-modes", default="threads,processes")
     parser.add_argument("--seed", type=int, default=None, help="for the kill instant")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it")
+    parser.add_argument("--status", type=Path, metavar="LEDGER",
+                        help="only time `campaign status` on this ledger")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of --status")
     args = parser.parse_args()
+    if args.status is not None:
+        for _ in range(args.repeats):
+            print_status(args.status, f"{args.status.name}")
+        return
     rng = random.Random(args.seed)
     folder = args.keep or Path(tempfile.mkdtemp(prefix="scale-bench-"))
     folder.mkdir(parents=True, exist_ok=True)

@@ -201,3 +201,65 @@ def test_scan_applies_unmerged_fragments_as_overlay_does(tmp_path):
     assert got == want and got[pending]["status"] == "accepted" and "only-here" in got
     facts = json.loads(campaign("status", ledger.name, "--json", cwd=tmp_path).stdout)
     assert facts["total"] == 2001
+
+
+# ------------------------------------------------------------------ the chunk check and tally
+#: (field, value) put into one record: each makes it invalid for `record_problem`, or, for the
+#: last ones, stays valid (a non-finite float's tag, an empty error-free record's fields).
+_BAD_VALUES = [
+    ("status", "bogus"), ("status", 1), ("status", None), ("status", []), ("attempts", -1),
+    ("attempts", True), ("attempts", 1.0), ("interruptions", -2), ("item", []), ("item", None),
+    ("fingerprint", "sha256:" + "A" * 64), ("fingerprint", "sha256:" + "0" * 63),
+    ("fingerprint", 5), ("fingerprint", "sha257:" + "0" * 64),
+    ("fingerprint", "sha256:" + "0" * 63 + "\u00e9"), ("result", []), ("result", {"x": [1]}),
+    ("result", {"x": {"$float": "no"}}), ("error", {}), ("error", {"type": 1, "message": "m"}),
+    ("error", "x"), ("host", 1), ("pid", "1"), ("pid", True), ("worker", 0),
+    ("device_group", [True]), ("device_group", {}), ("started", "x"), ("ended", True),
+    ("duration", []), ("history", [1]), ("history", {}), ("result", None),
+    ("result", {"x": {"$float": "nan"}}), ("device_group", [1, 2]), ("history", [{}]),
+]
+
+
+def test_the_chunk_check_accepts_only_what_the_record_check_accepts(tmp_path):
+    """`valid_columns` (a whole chunk at once) never passes a chunk with a record that
+    `record_problem` refuses, whatever field is wrong and wherever the record is."""
+    import random
+
+    from campaign import read_ledger
+    from campaign._records import record_problem, valid_columns
+
+    recs = list(read_ledger(_small_ledger(tmp_path, 1000))["tasks"].values())
+    assert valid_columns(recs) is not None
+    rng = random.Random(0)
+    for field, value in _BAD_VALUES:
+        for _ in range(4):
+            changed = list(recs)
+            i = rng.randrange(len(changed))
+            changed[i] = dict(changed[i], **{field: value})
+            if record_problem(changed[i]) is not None:
+                assert valid_columns(changed) is None, (field, value, changed[i]["status"])
+    for i, bad in ((3, [1]), (4, "status"), (5, {k: v for k, v in recs[5].items()
+                                               if k != "history"})):
+        assert valid_columns(recs[:i] + [bad] + recs[i + 1:]) is None
+
+
+def test_the_tally_of_columns_counts_as_record_by_record(tmp_path):
+    """`Tally` counts a chunk over its columns; the same facts come out of counting every
+    record alone (one-record chunks), whatever the chunk size."""
+    from campaign import read_ledger
+    from campaign._tally import Tally
+
+    doc = read_ledger(_small_ledger(tmp_path, 2000))
+    now = doc["updated"] + 10.0
+    tasks = list(doc["tasks"].items())
+    facts = []
+    for size in (1, 7, 500, len(tasks)):
+        tally = Tally(doc["runs"], now)
+        for begin in range(0, len(tasks), size):
+            tally.add(dict(tasks[begin:begin + size]))
+        facts.append(tally.facts(doc, "x"))
+    assert all(f == facts[0] for f in facts[1:])
+    counts = {s: sum(r["status"] == s for _, r in tasks) for s in facts[0]["counts"]}
+    assert facts[0]["counts"] == counts and facts[0]["total"] == len(tasks)
+    assert facts[0]["attempts"]["total"] == sum(r["attempts"] for _, r in tasks)
+    assert len(facts[0]["running"]) == counts["running"]

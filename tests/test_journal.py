@@ -12,23 +12,37 @@ import logging
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
+from testkit import PATIENCE, PYTHON, child_env
 
 from campaign import Ledger, checkpointed_map, read_ledger
 from campaign._document import dumps, new_document, update
 from campaign._journal import journal_path
 from campaign._jsonvalue import fingerprint
 from campaign._records import finished, new_record, started
-from testkit import PATIENCE, PYTHON, child_env
 
 DATA = Path(__file__).with_name("ledger_data")
 
 
 def item(tid: str, x: int = 0) -> dict:
     return {"task_id": tid, "x": x}
+
+
+def recorded(calls: list[str], it: Mapping[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """``result``, once ``it``'s task id is appended to ``calls``."""
+    calls.append(it["task_id"])
+    return result
+
+
+def every_100th_fails(it: Mapping[str, Any]) -> dict[str, Any]:
+    if it["x"] % 100 == 0:
+        raise ZeroDivisionError("every 100th item fails")
+    return {"x": it["x"]}
 
 
 def outcome(rec: dict, status: str = "accepted") -> dict:
@@ -108,8 +122,8 @@ def test_lines_of_an_older_generation_are_skipped(ledger, caplog):
 def test_the_next_driver_compacts_a_killed_drivers_journal_and_keeps_its_outcomes(ledger):
     file, journal, _ = killed_driver(ledger, [["a"], ["b"]])
     restore(ledger, file, journal[:-3])  # b's line cut short: b was not recorded
-    calls = []
-    camp = checkpointed_map(lambda it: calls.append(it["task_id"]) or {"x": it["x"]},
+    calls: list[str] = []
+    camp = checkpointed_map(lambda it: recorded(calls, it, {"x": it["x"]}),
                             [item(t) for t in "abc"], ledger_path=ledger)
     assert camp.complete and calls == ["b", "c"]
     doc = orjson.loads(ledger.read_bytes())  # the file alone holds everything
@@ -146,10 +160,11 @@ def test_a_version_1_file_still_loads_and_resumes(tmp_path, caplog):
     assert {t: r["status"] for t, r in doc["tasks"].items()} == {
         "v0": "accepted", "v1": "accepted", "v2": "failed"}
     assert doc["tasks"]["v1"]["result"] == {"y": 10, "inf": {"$float": "inf"}}
-    calls = []
-    camp = checkpointed_map(lambda it: calls.append(it["task_id"]) or {"y": it["x"] * 10},
+    calls: list[str] = []
+    camp = checkpointed_map(lambda it: recorded(calls, it, {"y": it["x"] * 10}),
                             [item(f"v{i}", i) for i in range(3)], ledger_path=path)
-    assert calls == ["v2"] and camp.result("v1")["inf"] == float("inf")
+    result = camp.result("v1")
+    assert calls == ["v2"] and result is not None and result["inf"] == float("inf")
     written = orjson.loads(path.read_bytes())
     assert written["version"] == 2 and isinstance(written["generation"], str)
     assert [r["status"] for r in written["runs"]] == ["finished", "finished"]
@@ -158,7 +173,7 @@ def test_a_version_1_file_still_loads_and_resumes(tmp_path, caplog):
 
 def test_a_resume_with_tasks_to_run_writes_the_file_once(ledger):
     items = [item(f"t{i:04d}", i) for i in range(2000)]
-    checkpointed_map(lambda it: {"x": it["x"]} if it["x"] % 100 else 1 / 0, items,
+    checkpointed_map(every_100th_fails, items,
                      ledger_path=ledger)
     size = ledger.stat().st_size
     camp = checkpointed_map(lambda it: {"x": it["x"]}, items, ledger_path=ledger)

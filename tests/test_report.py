@@ -17,13 +17,13 @@ from pathlib import Path
 
 import orjson
 import pytest
+from report_data.browser import Browser, chromium
+from report_data.report_task import run
+from testkit import PYTHON, ROOT, child_env, require, wait_until
 
 from campaign import LedgerError, checkpointed_map, read_ledger, write_report
 from campaign._array import work_root
 from campaign._submit import prepare_submission
-from report_data.browser import Browser, chromium
-from report_data.report_task import run
-from testkit import PYTHON, ROOT, child_env, require, wait_until
 
 DATA = ROOT / "tests" / "report_data"
 #: Waits (in the page) until bokeh has built and finished a view of every root, then describes
@@ -65,7 +65,9 @@ def report(ledger: Path, page: Path) -> str:
 
 
 def plots_in(stdout: str) -> int:
-    return int(re.search(r"\((\d+) plots", stdout).group(1))
+    found = re.search(r"\((\d+) plots", stdout)
+    assert found, stdout
+    return int(found.group(1))
 
 
 def status_json(ledger: Path) -> dict:
@@ -200,6 +202,7 @@ def test_job_array_with_unmerged_fragments(tmp_path):
 
 def load_benchmark():
     spec = importlib.util.spec_from_file_location("report_bench", ROOT / "benchmarks" / "report.py")
+    assert spec is not None and spec.loader is not None, "benchmarks/report.py is missing"
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -219,7 +222,8 @@ def test_100k_tasks_are_sampled_and_the_page_stays_small(tmp_path):
     names = titles(views)
     assert re.search(r"Timeline: sample of 20,000 of [\d,]+ attempts", names), names
     for title in ("CPU time of attempts", "Peak memory (RSS) of attempts",
-                  "GPU peak memory of attempts", "result energy", "D against item field temperature"):
+                  "GPU peak memory of attempts", "result energy",
+                  "D against item field temperature"):
         assert title in names, names
     assert "not recorded" not in html
 
@@ -230,7 +234,7 @@ def test_errors_name_the_file_and_exit_2(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "no ledger at" in proc.stderr and "nope.json" in proc.stderr
     assert not (tmp_path / "r.html").exists()
-    with pytest.raises(LedgerError, match="nope.json"):
+    with pytest.raises(LedgerError, match=r"nope\.json"):
         write_report(tmp_path / "nope.json", tmp_path / "r.html")
     assert not (tmp_path / "r.html").exists()
 

@@ -63,7 +63,7 @@ class Browser:
         for domain in ("Page", "Runtime", "Log"):
             self.call(f"{domain}.enable", session=self.session)
 
-    def __enter__(self) -> "Browser":
+    def __enter__(self) -> Browser:
         return self
 
     def __exit__(self, *exc: object) -> None:

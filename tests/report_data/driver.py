@@ -7,9 +7,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report_task import run  # noqa: E402
+from report_task import run
 
-from campaign import checkpointed_map  # noqa: E402
+from campaign import checkpointed_map
 
 ledger, n, hold = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 items = [{"task_id": f"t{i:02d}", "x": i, **({"hold": hold} if i == n - 1 else {})}
