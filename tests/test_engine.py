@@ -14,11 +14,11 @@ from collections import deque
 
 import numpy as np
 import pytest
+from testkit import PATIENCE, PYTHON, child_env, wait_until
 
-from campaign import (DriverBusyError, Interrupted, LedgerError, checkpointed_map, read_ledger)
+from campaign import DriverBusyError, Interrupted, LedgerError, checkpointed_map, read_ledger
 from campaign._records import new_record
 from schedulers import Outcome, OutcomeKind, Placement, Scheduler, Started
-from testkit import PATIENCE, PYTHON, child_env, wait_until
 
 
 def square(item):
@@ -135,7 +135,8 @@ def test_results_are_checked_and_numpy_scalars_converted(ledger):
     assert raw["n"] == {"$float": "nan"}
     errors = {f.task_id: f for f in camp.failures}
     assert errors["array"].error_type == "ResultError"
-    assert "'a'" in errors["array"].message and "numpy.ndarray of shape (3,)" in errors["array"].message
+    assert "'a'" in errors["array"].message
+    assert "numpy.ndarray of shape (3,)" in errors["array"].message
     assert "'a'" in errors["nested"].message and "builtins.dict" in errors["nested"].message
     assert "builtins.list" in errors["list"].message
 
@@ -145,7 +146,8 @@ def test_results_are_checked_and_numpy_scalars_converted(ledger):
     [
         (b"", ["empty"]),
         (b'{"format": "diffsoup-campaign-ledger", "version": 1, "tasks": {', ["not valid JSON"]),
-        (b'{"format": "something-else", "version": 1}', ["not a campaign ledger", "something-else"]),
+        (b'{"format": "something-else", "version": 1}',
+         ["not a campaign ledger", "something-else"]),
         (b"[1, 2]", ["not a campaign ledger"]),
         (b'{"format": "diffsoup-campaign-ledger", "version": 99, "runs": [], "tasks": {}}',
          ["version 99", "upgrade"]),

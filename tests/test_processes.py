@@ -162,7 +162,8 @@ def test_resume_across_schedulers(ledger):
     camp = checkpointed_map(square, items, ledger_path=ledger, execution="processes", workers=2)
     assert camp.complete and [r["y"] for r in camp.results] == [i * i for i in range(10)]
     for i in range(4):  # kept from the serial run, not run again
-        assert camp.records[f"t{i}"]["pid"] == os.getpid() and camp.records[f"t{i}"]["attempts"] == 1
+        rec = camp.records[f"t{i}"]
+        assert rec["pid"] == os.getpid() and rec["attempts"] == 1
     assert camp.records["t4"]["pid"] != os.getpid() and camp.records["t4"]["attempts"] == 2
 
 

@@ -25,10 +25,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from campaign import LedgerWriteError, checkpointed_map, read_ledger
 from cli_data.cli_helpers import campaign
 from testkit import PYTHON, child_env, require
+
+from campaign import LedgerWriteError, checkpointed_map, read_ledger
 
 HERE = Path(__file__).resolve().parent
 N = 60  # the ledger of 60 pending tasks fits in 64 KiB, that of 60 finished ones does not

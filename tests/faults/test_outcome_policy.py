@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit import PYTHON, child_env
 
 from campaign import checkpointed_map, read_ledger
 from campaign._submit import prepare_submission
 from campaign._worker import run_worker
-from testkit import PYTHON, child_env
 
 LOST_PREFIX = "lost {n} times in this run (max_interruptions={m}); last cause: "
 
@@ -148,7 +148,7 @@ def test_a_task_lost_too_often_in_one_run_fails_alike_in_the_engine_and_an_array
                                  "--merge-every", "0"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         try:
-            wait_until(lambda: len(list(marks.glob("*.start"))) == index + 1,
+            wait_until(lambda index=index: len(list(marks.glob("*.start"))) == index + 1,
                        f"array worker {index} to start the task")
         finally:
             proc.send_signal(signal.SIGKILL)
@@ -189,7 +189,7 @@ def kill_the_driver_three_times(tmp_path: Path, ledger: Path, item: dict,
         proc = subprocess.Popen([PYTHON, str(script), str(ledger), json.dumps(item)],
                                 env=child_env(), stderr=subprocess.DEVNULL)
         try:
-            def running() -> bool:
+            def running(n: int = n) -> bool:
                 if not ledger.exists():
                     return False
                 rec = read_ledger(ledger)["tasks"].get("t0")
@@ -259,7 +259,7 @@ def test_signal_stops_of_array_workers_are_not_counted(tmp_path):
                                  "--merge-every", "0"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         try:
-            wait_until(lambda: len(list(marks.glob("*.start"))) == index + 1,
+            wait_until(lambda index=index: len(list(marks.glob("*.start"))) == index + 1,
                        f"array worker {index} to start the task")
         finally:
             proc.send_signal(signum)

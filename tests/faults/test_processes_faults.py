@@ -3,6 +3,7 @@ workers run tasks that started subprocesses of their own, and a resume right aft
 
 from __future__ import annotations
 
+import itertools
 import signal
 import subprocess
 import sys
@@ -11,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit import PATIENCE, PYTHON, child_env, wait_until
 
 from campaign import checkpointed_map, read_ledger
 from schedulers._child import _ENTRY
-from testkit import PATIENCE, PYTHON, child_env, wait_until
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "processes_driver.py"
@@ -131,7 +132,7 @@ def test_a_resume_right_after_a_driver_kill_runs_no_task_twice_at_once(tmp_path)
     for task in killed:  # the interrupted attempt, then the one that finished
         assert len(runs[task]) >= 2, runs[task]
     for task, spans in runs.items():
-        for (_, last, pid), (first, _, _) in zip(spans, spans[1:]):
+        for (_, last, pid), (first, _, _) in itertools.pairwise(spans):
             assert last < first, f"task {task}: an attempt in pid {pid} still ran when the " \
                                  "next one began"
     assert "Traceback" not in log.read_text() + resumed.stderr
