@@ -90,7 +90,7 @@ def prepare_items(items: Iterable[Mapping[str, Any]]) -> list[PreparedItem]:
                 f"'{index}' or 'sample-{index}'"
             )
         try:
-            stored = encode_item(dict(item), where)
+            stored = encode_item(item if type(item) is dict else dict(item), where)
             digest = fingerprint(stored)
         except ItemError as exc:
             raise ItemError(f"task {task_id!r}: {exc}") from None
