@@ -35,10 +35,6 @@ RESOURCES = ("cpu_s", "peak_rss_bytes", "gpu_peak_bytes")
 MAX_COLUMNS = 12
 #: Results looked at to find the result keys (spread over the accepted tasks).
 _KEY_SAMPLE = 2000
-#: Bytes of the ledger read (and parsed) at a time: a small block's records are still in the
-#: CPU's caches while they are checked and their columns taken (with the scan's 8 MB blocks
-#: the whole read took about 40% more CPU time on a million records).
-BLOCK = 256 << 10
 
 
 @dataclass
@@ -93,7 +89,7 @@ def load(path: Path, now: float) -> Data:
 
     gc.disable()  # a chunk parses into many objects, none of them cyclic
     try:
-        head, blocks, over = scan_columns(path, block=BLOCK)
+        head, blocks, over = scan_columns(path)  # in the scan's small blocks
         tally = Tally(head["runs"], now)
         taken = _Columns(now, over.held)
         for chunk, cols in blocks:
