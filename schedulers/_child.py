@@ -166,7 +166,13 @@ def orphaned_workers() -> list[tuple[int, int]]:
 def end_orphans(wait: float = ORPHAN_WAIT) -> list[int]:
     """SIGKILL every orphaned worker (`orphaned_workers`) with its process group, and wait until
     they are gone (at most ``wait`` seconds): a new driver starts no task while one may still
-    run it or hold its GPU. Returns their pids."""
+    run it or hold its GPU. Returns their pids.
+
+    This host's processes only, found by what they are, never by the ledger: a ``running``
+    record names a host and a pid, and one naming another host says nothing about this one
+    (its pid here may be anything), so nothing is killed here for it. Its worker there died
+    with its driver; the ledger takes the record over as interrupted (DriverLost) once the
+    new driver holds the ledger's lock, as it does a record of this host."""
     orphans = orphaned_workers()
     for pid, driver in orphans:
         logger.warning("worker process %d of driver %d, which is gone, still runs; killing it "
