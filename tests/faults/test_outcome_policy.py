@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testkit import PYTHON, child_env
+from testkit import PATIENCE, PYTHON, child_env
 
 from campaign import checkpointed_map, read_ledger
 from campaign._submit import prepare_submission
@@ -169,8 +169,10 @@ def test_a_task_lost_too_often_in_one_run_fails_alike_in_the_engine_and_an_array
 
 # ---------------------------------------------------------------- per run, take-overs not counted
 DRIVER = textwrap.dedent("""
-    import json, sys, time
+    import faulthandler, json, signal, sys, time
     from campaign import checkpointed_map
+
+    faulthandler.register(signal.SIGUSR2, all_threads=True)  # the test's stack dump on a hang
 
     def hang(item):
         time.sleep(3600)
@@ -186,8 +188,10 @@ def kill_the_driver_three_times(tmp_path: Path, ledger: Path, item: dict,
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     for n in range(1, 4):
-        proc = subprocess.Popen([PYTHON, str(script), str(ledger), json.dumps(item)],
-                                env=child_env(), stderr=subprocess.DEVNULL)
+        said = tmp_path / f"driver{n}.err"
+        with said.open("w") as err:
+            proc = subprocess.Popen([PYTHON, str(script), str(ledger), json.dumps(item)],
+                                    env=child_env(), stderr=err)
         try:
             def running(n: int = n) -> bool:
                 if not ledger.exists():
@@ -197,7 +201,15 @@ def kill_the_driver_three_times(tmp_path: Path, ledger: Path, item: dict,
             wait_until(running, f"driver {n} to record the task running")
         finally:
             proc.send_signal(signum)
-            proc.wait(timeout=60)
+            try:
+                proc.wait(timeout=PATIENCE)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGUSR2)  # its threads' stacks, into its stderr
+                time.sleep(2)
+                proc.kill()
+                proc.wait()
+                pytest.fail(f"driver {n} did not end within {PATIENCE:.0f} s of "
+                            f"{signal.Signals(signum).name}; its stderr:\n{said.read_text()}")
 
 
 @pytest.mark.parametrize("signum, cause", [(signal.SIGKILL, "DriverLost"),
@@ -263,7 +275,7 @@ def test_signal_stops_of_array_workers_are_not_counted(tmp_path):
                        f"array worker {index} to start the task")
         finally:
             proc.send_signal(signum)
-            proc.wait(timeout=60)
+            proc.wait(timeout=PATIENCE)
     summary = run_worker(lambda item: {"ok": True}, ledger, sub.id, owner=_owner("in-test"),
                          lease_seconds=1, merge_every=0, max_interruptions=1)
     assert summary.accepted == 1
