@@ -11,28 +11,16 @@ from pathlib import Path
 
 import distributed
 import pytest
+from daskkit import noted, runs
+from testkit import PATIENCE, PYTHON, child_env, require, wait_until
 
 from campaign import checkpointed_map, read_ledger
-from testkit import PATIENCE, PYTHON, child_env, require, wait_until
 
 
 def where(item):
     time.sleep(item.get("sleep", 0))
     return {"pid": os.getpid(), "x2": item["x"] * 2,
             "cvd": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
-
-
-def note_pid_then_sleep(item):
-    """Note this run; wait until the file ``release`` exists, then work ``sleep`` seconds."""
-    folder = Path(item["folder"])
-    (folder / f"{item['task_id']}.{os.getpid()}.{time.time_ns()}").touch()
-    deadline = time.monotonic() + 300  # only a hung test waits this long
-    while not Path(item["release"]).exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{item['release']} did not appear in 300 s")
-        time.sleep(0.01)
-    time.sleep(item["sleep"])
-    return {"pid": os.getpid()}
 
 
 def fails_on_odd(item):
@@ -57,8 +45,8 @@ def test_embedded_cluster_runs_everything_and_says_where(ledger, capfd):
     assert camp.complete and [r["x2"] for r in camp.results] == [2 * i for i in range(200)]
     pids = {r["pid"] for r in camp.results}  # worker processes; which ran what is dask's choice
     assert os.getpid() not in pids and 1 <= len(pids) <= 2
-    rec = camp.records["t5"]
-    assert rec["pid"] == camp.result("t5")["pid"] and rec["worker"] is not None
+    rec, result = camp.records["t5"], camp.result("t5")
+    assert result is not None and rec["pid"] == result["pid"] and rec["worker"] is not None
     assert "dask dashboard: http://127.0.0.1:" in capfd.readouterr().err
 
 
@@ -83,8 +71,9 @@ def test_device_groups_become_worker_resources(ledger):
                             device_groups=[(0,), (1,)])
     assert camp.complete
     for tid in camp.task_ids:
-        assert camp.result(tid)["cvd"] in {"0", "1"}
-        assert camp.records[tid]["device_group"] == [int(camp.result(tid)["cvd"])]
+        result = camp.result(tid)
+        assert result is not None and result["cvd"] in {"0", "1"}
+        assert camp.records[tid]["device_group"] == [int(result["cvd"])]
 
 
 @pytest.mark.slow
@@ -93,6 +82,7 @@ def test_killed_worker_processes_tasks_rerun_nothing_run_twice_after_acceptance(
     dask = shutil.which("dask", path=os.pathsep.join([str(Path(PYTHON).parent),
                                                       os.environ.get("PATH", "")]))
     require(dask is not None, "the `dask` command is not installed")
+    assert dask is not None
     ledger, marks = tmp_path / "l.json", tmp_path / "marks"
     marks.mkdir()
     sched_file = tmp_path / "scheduler.json"
@@ -116,8 +106,8 @@ def test_killed_worker_processes_tasks_rerun_nothing_run_twice_after_acceptance(
             c.wait_for_workers(2, timeout=PATIENCE)
         # every task waits until the victim, running one, has been killed: it had one in flight
         release = tmp_path / "release"
-        items = [{"task_id": f"t{i:03d}", "folder": str(marks), "sleep": 0.05,
-                  "release": str(release)} for i in range(60)]
+        items = [{"task_id": f"t{i:03d}", "folder": str(marks), "sleep": 0.05, "held": True,
+                  "hold": str(release)} for i in range(60)]
         victim = procs[1]
         killer = subprocess.Popen([PYTHON, "-c", (
             "import os, time, pathlib, signal\n"
@@ -127,20 +117,17 @@ def test_killed_worker_processes_tasks_rerun_nothing_run_twice_after_acceptance(
             "    time.sleep(0.01)\n"
             "os.kill(pid, signal.SIGKILL)\n"
             f"pathlib.Path({str(release)!r}).touch()\n")])
-        camp = checkpointed_map(note_pid_then_sleep, items, ledger_path=ledger,
+        camp = checkpointed_map(noted, items, ledger_path=ledger,
                                 execution="dask", scheduler_address=address)
         killer.wait(timeout=PATIENCE)
         assert victim.wait(timeout=PATIENCE) == -signal.SIGKILL
         assert camp.complete
         tasks = read_ledger(ledger)["tasks"]
-        runs: dict[str, list[tuple[int, float]]] = {}
-        for mark in marks.iterdir():
-            tid, pid, ns = mark.name.split(".")
-            runs.setdefault(tid, []).append((int(pid), int(ns) / 1e9))
+        began = runs(marks)
         for tid, rec in tasks.items():  # no run began after the accepted one had ended
-            assert all(begun <= rec["ended"] for _, begun in runs[tid]), tid
-            assert rec["pid"] in {p for p, _ in runs[tid]}
-        rerun = [tid for tid in tasks if len(runs[tid]) > 1]
+            assert all(at <= rec["ended"] for _, at in began[tid]), tid
+            assert rec["pid"] in {p for p, _ in began[tid]}
+        rerun = [tid for tid in tasks if len(began[tid]) > 1]
         assert rerun, "the killed worker had tasks in flight that had to run again"
         assert all(tasks[t]["pid"] != victim.pid for t in rerun)
     finally:

@@ -11,42 +11,30 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import distributed
 import pytest
+from daskkit import Beside, noted, pids
+from testkit import PATIENCE, PYTHON, child_env, wait_until
 
 from campaign import checkpointed_map, read_ledger
 from schedulers import DaskScheduler, Outcome, OutcomeKind, Task
-from testkit import PATIENCE, PYTHON, child_env, wait_until
 
 HERE = Path(__file__).resolve().parent
 
 
 # ---------------------------------------------------------------------- task functions
-def noted(item: dict[str, Any]) -> dict[str, Any]:
-    """Note this run (``<task>.<pid>.<ns>`` in ``folder``); a ``held`` task then waits for the
-    file ``hold``; then sleep ``sleep`` seconds."""
-    (Path(item["folder"]) / f"{item['task_id']}.{os.getpid()}.{time.time_ns()}").touch()
-    if item.get("held"):
-        deadline = time.monotonic() + 300  # only a hung test waits this long
-        while not Path(item["hold"]).exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{item['hold']} did not appear in 300 s")
-            time.sleep(0.01)
-    time.sleep(item["sleep"])
-    return {"pid": os.getpid()}
-
-
-def poison_or_sleep(item: dict[str, Any]) -> dict[str, Any]:
+def poison_or_sleep(item: Mapping[str, Any]) -> dict[str, Any]:
     if item.get("poison"):
         os._exit(3)  # kills its worker, every time
     time.sleep(item["sleep"])
     return {"pid": os.getpid()}
 
 
-def noted_victim_hangs_first_time(item: dict[str, Any]) -> dict[str, Any]:
+def noted_victim_hangs_first_time(item: Mapping[str, Any]) -> dict[str, Any]:
     """`noted`; the task with ``victim`` set then sleeps (it is killed there) the first time."""
     folder = Path(item["folder"])
     (folder / f"{item['task_id']}.{os.getpid()}.{time.time_ns()}").touch()
@@ -55,7 +43,7 @@ def noted_victim_hangs_first_time(item: dict[str, Any]) -> dict[str, Any]:
     return {"pid": os.getpid()}
 
 
-def hangs_first_time(item: dict[str, Any]) -> dict[str, Any]:
+def hangs_first_time(item: Mapping[str, Any]) -> dict[str, Any]:
     """The task ``victim`` creates ``<folder>/victim.<pid>`` and sleeps (it is killed there) the
     first time; every other run sleeps ``sleep`` seconds."""
     if item["task_id"] == "victim" and not any(Path(item["folder"]).iterdir()):
@@ -66,26 +54,6 @@ def hangs_first_time(item: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- helpers
-class Beside(threading.Thread):
-    """Runs ``fn`` beside the campaign; `join` re-raises what it raised."""
-
-    def __init__(self, fn: Callable[[], None]):
-        super().__init__(daemon=True)
-        self.fn, self.error = fn, None
-
-    def run(self) -> None:
-        try:
-            self.fn()
-        except BaseException as exc:  # re-raised in the test's thread
-            self.error = exc
-
-    def join(self, timeout: float | None = PATIENCE) -> None:
-        super().join(timeout)
-        assert not self.is_alive(), "the thread beside the campaign did not finish"
-        if self.error is not None:
-            raise self.error
-
-
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -110,15 +78,6 @@ def descendants(pid: int) -> set[int]:
             found.add(child)
             todo.append(child)
     return found
-
-
-def runs(folder: Path) -> dict[str, list[int]]:
-    """Task id -> the pids that began running it (from `noted`'s files)."""
-    seen: dict[str, list[int]] = {}
-    for mark in folder.iterdir():
-        tid, pid, _ = mark.name.split(".")
-        seen.setdefault(tid, []).append(int(pid))
-    return seen
 
 
 # ---------------------------------------------------------------------- privacy
@@ -175,13 +134,13 @@ def test_killing_every_worker_mid_campaign_fails_no_task(tmp_path):
     def kill_both_while_they_run_held_tasks() -> None:
         wait_until(lambda: sched.client is not None and len(sched.client.nthreads()) == 2,
                    "two workers")
-        pids = set(sched.client.run(os.getpid).values())
-        wait_until(lambda: pids <= {p for tid, ps in runs(folder).items()
-                                    if int(tid[1:]) >= 60 for p in ps},
+        workers = set(sched.client.run(os.getpid).values())
+        wait_until(lambda: workers <= {p for tid, ps in pids(folder).items()
+                                       if int(tid[1:]) >= 60 for p in ps},
                    "both workers inside a held task")
-        for pid in pids:
+        for pid in workers:
             os.kill(pid, signal.SIGKILL)
-        killed.extend(pids)
+        killed.extend(workers)
         hold.touch()
 
     killer = Beside(kill_both_while_they_run_held_tasks)
@@ -192,7 +151,7 @@ def test_killing_every_worker_mid_campaign_fails_no_task(tmp_path):
     tasks = read_ledger(tmp_path / "l.json")["tasks"]
     assert all(rec["status"] == "accepted" and rec["interruptions"] <= 1
                for rec in tasks.values())
-    seen = runs(folder)
+    seen = pids(folder)
     for pid in killed:  # each worker was killed inside a task, which ran again elsewhere
         assert any(pid in seen[tid] and tasks[tid]["pid"] not in killed for tid in seen)
     assert {rec["pid"] for rec in tasks.values()} - set(killed)  # fn reached the new workers
@@ -240,13 +199,15 @@ class Heard(logging.Handler):
 
     def __init__(self, task_id: str):
         super().__init__(logging.DEBUG)
-        self.task_id, self.records = task_id, []
+        self.task_id = task_id
+        self.records: list[logging.LogRecord] = []
         self.running = threading.Event()
         self.logger = logging.getLogger("schedulers._dask")
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
-        if record.msg.startswith("task %r has run") and record.args[0] == self.task_id:
+        if record.msg.startswith("task %r has run") and isinstance(record.args, tuple) \
+                and record.args[0] == self.task_id:
             self.running.set()
 
     def __enter__(self) -> Heard:
@@ -292,7 +253,8 @@ def test_a_worker_killed_inside_a_batch_interrupts_its_running_task_only(tmp_pat
     # again with no attempt counted
     [warning] = [r for r in heard.records if r.levelno == logging.WARNING
                  and r.msg.startswith("task %r was lost")]
-    assert warning.args[0] == "t080" and "batch-mate(s) run again" in warning.getMessage()
+    assert isinstance(warning.args, tuple) and warning.args[0] == "t080"
+    assert "batch-mate(s) run again" in warning.getMessage()
     for tid, rec in tasks.items():
         assert rec["attempts"] == 1 and rec["interruptions"] == 0 and not rec["history"], tid
 
@@ -350,7 +312,7 @@ def test_a_cluster_of_ones_own_keeps_its_security(tmp_path):
         DaskScheduler(client=object(), security=security)
 
 
-def exits(item: dict[str, Any]) -> dict[str, Any]:
+def exits(item: Mapping[str, Any]) -> dict[str, Any]:
     if item["x"] == 1:
         raise SystemExit(f"task {item['x']} exits")
     return {"x": item["x"]}
