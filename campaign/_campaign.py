@@ -230,8 +230,7 @@ class _Results(Sequence[dict[str, Any]]):
     __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
 
     def __repr__(self) -> str:
-        shown = ", ".join(repr(r) for r in self[:3])
-        return f"[{shown}{', ...' if len(self) > 3 else ''}]  # {len(self)} results"
+        return repr(list(self))
 
 
 def refused_message(task_id: str, changed: list[dict[str, Any]], ledger: str) -> str:
