@@ -126,6 +126,13 @@ def generate(path: Path, n: int, *, seed: int = 0, now: float | None = None) -> 
     return counts
 
 
+def count(ledger: Path) -> int:
+    """The number of tasks of the ledger at ``ledger``."""
+    from campaign._scan import Scan
+
+    return sum(map(len, Scan(ledger).chunks()))
+
+
 def time_report(ledger: Path, page: Path, repeats: int) -> list[tuple[float, float, int]]:
     """(wall seconds, CPU seconds, peak RSS in bytes) of each run of ``campaign report LEDGER
     -o PAGE``, as a subprocess (its own usage, from `os.wait4`)."""
@@ -156,14 +163,14 @@ def main() -> None:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         ledger, page = args.ledger or folder / "big.json", folder / "big.html"
-        if args.ledger is not None and ledger.exists():
-            counts = {}  # as written before
-            tasks = len(orjson.loads(ledger.read_bytes())["tasks"])
-        else:
-            # written by another process: a child's peak RSS counts the memory it forked
-            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        # written (or counted) by another process: a child's peak RSS counts the memory it forked
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            if args.ledger is not None and ledger.exists():
+                counts: dict[str, int] = {}  # as written before
+                tasks = pool.submit(count, ledger).result()
+            else:
                 counts = pool.submit(generate, ledger, args.tasks).result()
-            tasks = args.tasks
+                tasks = args.tasks
         print(f"report_tasks: {tasks} ({counts or 'reused ledger'})")
         print(f"report_ledger_mb: {os.path.getsize(ledger) / 1e6:.1f}")
         runs = time_report(ledger, page, args.repeats)
