@@ -181,7 +181,11 @@ class _Announcer:
                 if (index >= 0 and index != self._told
                         and time.monotonic() - self._since >= PROGRESS_INTERVAL):
                     self._told = index
-                    self._send(self._message(index, self._begun, running=True), wait=False)
+                    try:
+                        self._send(self._message(index, self._begun, running=True), wait=False)
+                    except Exception as exc:  # noqa: BLE001 -- a closing worker: stop telling
+                        logger.debug("batch %s: stopped reporting progress: %s", self.key, exc)
+                        return
 
     def end(self) -> None:
         self._done.set()
