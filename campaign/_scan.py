@@ -186,21 +186,26 @@ class Scan:
     def _split(buf: bytes) -> tuple[dict[str, Any], bytes] | None:
         """The whole records at the start of ``buf`` (parsed) and the bytes after them, or
         None when no cut before the last few candidates parses."""
-        window = 1 << 12  # a few records: the candidates are looked for in the last ones
+        window = 1 << 12  # candidates looked for in the last few records first
+        tried: set[int] = set()
         while True:
             begin = max(0, len(buf) - window)
             starts = [m.start() + 1 for m in _CUT.finditer(buf, begin)]
-            if len(starts) >= _TRIES or begin == 0:
-                break
+            for offset in reversed(starts):
+                if len(tried) == _TRIES:
+                    return None
+                if offset in tried:
+                    continue
+                tried.add(offset)
+                try:
+                    tasks = orjson.loads(b"{" + buf[:offset] + b"}")
+                except orjson.JSONDecodeError:
+                    continue
+                if type(tasks) is dict:
+                    return tasks, buf[offset + 1:]  # the comma between the records dropped
+            if begin == 0:
+                return None
             window *= 4
-        for offset in reversed(starts[-_TRIES:]):
-            try:
-                tasks = orjson.loads(b"{" + buf[:offset] + b"}")
-            except orjson.JSONDecodeError:
-                continue
-            if type(tasks) is dict:
-                return tasks, buf[offset + 1:]  # the comma between the records dropped
-        return None
 
     @staticmethod
     def _parse(piece: bytes) -> dict[str, Any] | None:
