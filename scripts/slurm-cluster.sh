@@ -67,30 +67,10 @@ SLURMCTLD=$(command -v slurmctld)
 SLURMD=$(command -v slurmd)
 MUNGED=$(command -v munged || echo /usr/sbin/munged)
 
-retry() {
-  local until=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    ((SECONDS < until)) || return 1
-    sleep 0.2
-  done
-}
-
 mkdir -p "$STATE"/{etc,ctld,spool,log,run}
-install -d -o munge -g munge -m 0755 "$STATE/munge" /run/munge
 
 # -------------------------------------------------------------------- munge
-munge_answers() { munge -n | unmunge; }
-if pid=$(running_pid "$STATE/munge/munged.pid" "$MUNGED"); then
-  say "munged is running (pid $pid)"
-elif munge_answers >/dev/null 2>&1; then
-  say "using the munged that answers on /run/munge (its socket is a path: the namespaces reach it)"
-else
-  [[ -s /etc/munge/munge.key ]] || fail "no /etc/munge/munge.key; run scripts/slurm-start.sh once"
-  say "starting munged"
-  runuser -u munge -- "$MUNGED" --origin=127.0.0.1 \
-    --pid-file="$STATE/munge/munged.pid" --log-file="$STATE/munge/munged.log"
-  retry 10 munge_answers || fail "munged does not answer; see $STATE/munge/munged.log"
-fi
+ensure_munged "$STATE/munge" "$MUNGED"
 
 # -------------------------------------------------------------------- slurm.conf
 # Three nodes share this machine's memory: each advertises a quarter of it.
@@ -105,32 +85,7 @@ ClusterName=diffsoup3
 SlurmctldHost=${CONTROLLER}(${SUBNET}.1)
 SlurmctldPort=${PORT}
 SlurmdPort=$((PORT + 1))
-SlurmUser=root
-AuthType=auth/munge
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
-ReturnToService=2
-MailProg=/bin/true
-StateSaveLocation=$STATE/ctld
-# %n: each node's own spool folder, PID file and log.
-SlurmdSpoolDir=$STATE/spool/%n
-SlurmctldPidFile=$STATE/run/slurmctld.pid
-SlurmdPidFile=$STATE/run/slurmd-%n.pid
-SlurmctldLogFile=$STATE/log/slurmctld.log
-SlurmdLogFile=$STATE/log/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-KillWait=5
-MinJobAge=300
+$(slurm_conf_common "$STATE" 1)
 # A node whose slurmd stops answering is marked DOWN after this many seconds (default 300), and
 # its jobs end NODE_FAIL. Not requeued: the other elements take the tasks over by lease.
 SlurmdTimeout=10
@@ -143,8 +98,7 @@ CONF
   echo "PartitionName=$PARTITION Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
 } >"$wanted"
 changed=0
-if ! cmp -s "$wanted" "$CONF"; then
-  install -m 0644 "$wanted" "$CONF"
+if install_conf "$wanted" "$CONF"; then
   changed=1
   say "wrote $CONF (${#NODES[@]} nodes, ${REAL_MEMORY} MB each, partition $PARTITION, ports $PORT/$((PORT + 1)))"
 fi
@@ -232,18 +186,9 @@ while :; do
 done
 
 # -------------------------------------------------------------------- probe job
-# A freshly started slurmctld dispatches no batch job for a few seconds: one job over all
-# three nodes now, so that the first test does not pay for it.
+# One job over all three nodes.
 if ((started_ctld)); then
-  job=$(sbatch --parsable -J slurm-cluster-probe -N ${#NODES[@]} -o /dev/null --wrap true) \
-    || fail "the probe job could not be submitted"
-  until=$((SECONDS + TIMEOUT))
-  while [[ -n $(squeue -h -j "$job" -t PD,R,CG,CF -o %i 2>/dev/null) ]]; do
-    ((SECONDS < until)) || fail "the probe job $job did not end within ${TIMEOUT} s; see $STATE/log/"
-    sleep 0.1
-  done
-  ended=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
-  [[ $ended == COMPLETED ]] || fail "the probe job $job ended $ended; see $STATE/log/"
+  probe_job "$TIMEOUT" "$STATE/log/" -J slurm-cluster-probe -N ${#NODES[@]}
 fi
 
 printf 'DIFFSOUP_SLURM_CLUSTER=%s\nSLURM_CONF=%s\n' "$CONF" "$CONF" >"$STATE/cluster.env"

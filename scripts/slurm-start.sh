@@ -27,7 +27,6 @@ TIMEOUT=${DIFFSOUP_SLURM_TIMEOUT:-60}
 KEEP_STATE=${DIFFSOUP_SLURM_KEEP_STATE:-0}
 NODE=$(hostname -s)
 CONF=/etc/slurm/slurm.conf
-MUNGE_RUN=/run/munge            # where libmunge looks for munged's socket
 
 say() { printf '[slurm-start] %s\n' "$*" >&2; }
 fail() { say "ERROR: $*"; exit 1; }
@@ -37,15 +36,6 @@ fail() { say "ERROR: $*"; exit 1; }
 
 # shellcheck source=scripts/slurm-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/slurm-lib.sh"
-
-# retry SECONDS COMMAND...: run COMMAND every 0.2 s until it succeeds or SECONDS pass.
-retry() {
-  local until=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    ((SECONDS < until)) || return 1
-    sleep 0.2
-  done
-}
 
 # -------------------------------------------------------------------- packages
 missing=()
@@ -66,7 +56,6 @@ SLURMD=$(command -v slurmd)
 MUNGED=$(command -v munged || echo /usr/sbin/munged)
 
 mkdir -p "$STATE"/{ctld,spool,log,run}
-install -d -o munge -g munge -m 0755 "$STATE/munge" "$MUNGE_RUN"
 
 # -------------------------------------------------------------------- munge (authentication)
 if [[ ! -s /etc/munge/munge.key ]]; then
@@ -76,20 +65,7 @@ if [[ ! -s /etc/munge/munge.key ]]; then
 fi
 chown munge:munge /etc/munge/munge.key
 chmod 0600 /etc/munge/munge.key
-
-munge_answers() { munge -n | unmunge; }
-if pid=$(running_pid "$STATE/munge/munged.pid" "$MUNGED"); then
-  say "munged is running (pid $pid)"
-elif munge_answers >/dev/null 2>&1; then
-  say "a munged that this script did not start answers on $MUNGE_RUN: using it, and slurm-stop.sh will leave it alone"
-else
-  say "starting munged"
-  # --origin: munged otherwise looks its host name up; where that fails it stamps credentials
-  # with 0.0.0.0 and slurmctld logs a failed lookup on every request.
-  runuser -u munge -- "$MUNGED" --origin=127.0.0.1 \
-    --pid-file="$STATE/munge/munged.pid" --log-file="$STATE/munge/munged.log"
-  retry 10 munge_answers || fail "munged does not answer; see $STATE/munge/munged.log"
-fi
+ensure_munged "$STATE/munge" "$MUNGED"
 
 # -------------------------------------------------------------------- slurm.conf
 # RealMemory: Slurm's default (1 MB) refuses every job that asks for memory, and dask-jobqueue
@@ -103,44 +79,12 @@ cat >"$wanted" <<CONF
 ClusterName=diffsoup
 # Host names may not resolve here: give every address as 127.0.0.1.
 SlurmctldHost=${NODE}(127.0.0.1)
-SlurmUser=root
-AuthType=auth/munge
-MpiDefault=none
-# No cgroups: processes tracked by their parent chain, no CPU binding, no usage accounting.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SchedulerType=sched/backfill
-# Schedule batch jobs at once (the default holds them back up to 3 s).
-SchedulerParameters=batch_sched_delay=0
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-# The node's CPUs and memory below win over what slurmd detects, so the node is never marked
-# invalid and may advertise more CPUs than the machine has.
-SlurmdParameters=config_overrides
-ReturnToService=2
-MailProg=/bin/true
-StateSaveLocation=$STATE/ctld
-SlurmdSpoolDir=$STATE/spool
-SlurmctldPidFile=$STATE/run/slurmctld.pid
-SlurmdPidFile=$STATE/run/slurmd.pid
-SlurmctldLogFile=$STATE/log/slurmctld.log
-SlurmdLogFile=$STATE/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-# Seconds between SIGTERM and SIGKILL on scancel and at walltime (default 30): quick tests.
-KillWait=5
-# There is no accounting database, so no sacct: ended jobs stay visible to
-# squeue -t all and scontrol show job for this many seconds.
-MinJobAge=300
+$(slurm_conf_common "$STATE" 0)
 NodeName=${NODE} NodeAddr=127.0.0.1 CPUs=${CPUS} Sockets=1 CoresPerSocket=${CPUS} ThreadsPerCore=1 RealMemory=${REAL_MEMORY} State=UNKNOWN
 PartitionName=${PARTITION} Nodes=${NODE} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
 changed=0
-if ! cmp -s "$wanted" "$CONF"; then
-  install -D -m 0644 "$wanted" "$CONF"
+if install_conf "$wanted" "$CONF"; then
   changed=1
   say "wrote $CONF (node $NODE, $CPUS CPUs, ${REAL_MEMORY} MB, partition $PARTITION)"
 fi
@@ -193,18 +137,8 @@ while :; do
 done
 
 # -------------------------------------------------------------------- probe job
-# A freshly started slurmctld dispatches no batch job for about 3 s: run one trivial job now so
-# that the first test does not pay for it (or time out on it).
 if ((started_ctld)); then
-  job=$(sbatch --parsable -J slurm-start-probe -p "$PARTITION" -o /dev/null --wrap true) \
-    || fail "the probe job could not be submitted"
-  until=$((SECONDS + TIMEOUT))
-  while [[ -n $(squeue -h -j "$job" -t PD,R,CG,CF -o %i 2>/dev/null) ]]; do
-    ((SECONDS < until)) || fail "the probe job $job did not end within ${TIMEOUT} s; see $STATE/log/"
-    sleep 0.1
-  done
-  ended=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
-  [[ $ended == COMPLETED ]] || fail "the probe job $job ended $ended; see $STATE/log/"
+  probe_job "$TIMEOUT" "$STATE/log/" -J slurm-start-probe -p "$PARTITION"
 fi
 
 say "Slurm is up: node $NODE ($state, $CPUS CPUs), partition $PARTITION; slurmctld pid $(cat "$STATE/run/slurmctld.pid"), slurmd pid $(cat "$STATE/run/slurmd.pid"); stop it with scripts/slurm-stop.sh"
