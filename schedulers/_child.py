@@ -150,9 +150,10 @@ def orphaned_workers() -> list[tuple[int, int]]:
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")[:-1]
-            if len(argv) not in (5, 6) or argv[-4:-2] != [b"-c", entry]:  # with -P or not
+            # [python, (-P,) -c, entry, channel fd, driver pid]: with -P or without
+            if len(argv) not in (5, 6) or argv[-4:-2] != [b"-c", entry]:
                 continue
-            driver = int(argv[4])
+            driver = int(argv[-1])
             if os.readlink(f"/proc/{pid}/ns/pid") != namespace:
                 continue
             state, parent, _, session = _stat(pid)

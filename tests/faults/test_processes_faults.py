@@ -175,3 +175,31 @@ def test_a_new_driver_ends_an_orphaned_worker_before_any_task_starts(tmp_path, l
     finally:
         orphan.kill()
         orphan.wait()
+
+
+def test_a_second_driver_on_this_host_leaves_a_live_drivers_workers_alone(tmp_path):
+    """The orphan sweep of a new driver kills only workers whose driver is gone: a campaign
+    running beside it (another ledger, same user, same host) loses no worker and no attempt."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        folder.mkdir()
+        (folder / "marks").mkdir()
+    log = tmp_path / "first.log"
+    driver = start_driver(first / "ledger.json", first / "marks", 2, 3.0, log)
+    try:
+        workers = wait_until(lambda: started(first / "marks", 2, now=True),
+                             "both workers of the first driver run a task")
+        beside = subprocess.run([PYTHON, str(DRIVER), str(second / "ledger.json"),
+                                 str(second / "marks"), "2", "0.1"], env=child_env(),
+                                capture_output=True, text=True, timeout=PATIENCE)
+        assert beside.returncode == 0, beside.stderr
+        assert all(map(running, workers)), "the second driver killed the first one's workers"
+        assert driver.wait(timeout=PATIENCE) == 0, log.read_text()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    tasks = read_ledger(first / "ledger.json")["tasks"]
+    assert {r["status"] for r in tasks.values()} == {"accepted"}
+    assert all(r["attempts"] == 1 and r["interruptions"] == 0 for r in tasks.values()), tasks
+    assert "killing it" not in beside.stderr, beside.stderr
