@@ -22,9 +22,9 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "cudss"))
 
-from cudss_support import poisson3d
+from cudss_support import poisson3d  # noqa: E402 -- found through the sys.path entry above
 
-from solvers.linear import Pattern, linear_solver
+from solvers.linear import Pattern, linear_solver  # noqa: E402 -- the checkout's, per sys.path
 
 
 def median_time(fn, repeats: int) -> float:

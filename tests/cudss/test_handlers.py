@@ -100,7 +100,7 @@ def test_handle_lifetime_and_double_free(fake_library, counts):
     assert counts()["live"] == start["live"] + 1
     backend.free(sym, num)
     assert counts()["live"] == start["live"]
-    with pytest.raises(Exception, match="unknown cuDSS factorization handle .*freed already"):
+    with pytest.raises(Exception, match=r"unknown cuDSS factorization handle .*freed already"):
         backend.free(sym, num)
     with pytest.raises(Exception, match="unknown cuDSS factorization handle"):
         backend.solve(sym, num, np.ones(pattern.n))
@@ -130,14 +130,14 @@ def test_validation(fake_library):
     with pytest.raises(ValueError, match=r"right-hand side has shape \(14,\)"):
         backend.solve(sym, backend.empty(sym, jnp.float64), np.ones(14))
     num = backend.factor(sym, values)
-    with pytest.raises(Exception, match="belongs to analysis .*the pattern changed"):
+    with pytest.raises(Exception, match=r"belongs to analysis .*the pattern changed"):
         backend.refactor(sym_other, num, other_values)
     call = jax.ffi.ffi_call(PREFIX + "factor", jax.ShapeDtypeStruct((1,), jnp.uint64),
                             has_side_effect=True)
     with pytest.raises(Exception, match="do not match the analysed pattern"):
         call(sym_other.rowptr, sym_other.colind[:-1], jnp.ones(other.nnz - 1),
              symbolic=np.uint64(sym.id))
-    with pytest.raises(Exception, match="(?i)f64|dtype|type"):
+    with pytest.raises(Exception, match=r"(?i)f64|dtype|type"):
         call(sym.rowptr, sym.colind, jnp.ones(pattern.nnz, jnp.float32),
              symbolic=np.uint64(sym.id))
     with pytest.raises(Exception, match="unknown cuDSS analysis"):

@@ -41,7 +41,7 @@ def test_library_missing_a_symbol_is_named(fresh_extension, tmp_path, monkeypatc
     require(shutil.which("gcc") is not None, "gcc is needed to build the stand-in libcudss")
     broken = compile_fake(tmp_path / "libcudss.so.1", "-DFAKE_OMIT_EXECUTE")
     monkeypatch.setenv("DIFFSOUP_CUDSS_LIBRARY", str(broken))
-    with pytest.raises(RuntimeError, match="has no symbol cudssExecute; it is not a cuDSS 1.x"):
+    with pytest.raises(RuntimeError, match=r"has no symbol cudssExecute; it is not a cuDSS 1.x"):
         fresh_extension.load_library()
 
 

@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from problems import (
     decay_exact,
     decay_problem,
@@ -15,6 +14,7 @@ from problems import (
     robertson_problem,
     robertson_reference,
 )
+
 from solvers.dae import JIDA, DAEProblem, SaveAt, Status, pdesolve
 
 TIGHT = {"rtol": 1e-8, "atol": 1e-10}
@@ -116,7 +116,7 @@ def test_bad_calls_say_what_is_wrong():
         pdesolve(problem, JIDA(), (1.0, 1.0), np.zeros(3))
     with pytest.raises(ValueError, match="outside the span"):
         pdesolve(problem, JIDA(), (0.0, 1.0), np.zeros(3), saveat=SaveAt(ts=[0.5, 2.0]))
-    with pytest.raises(ValueError, match="max_order.*got 6"):
+    with pytest.raises(ValueError, match=r"max_order.*got 6"):
         JIDA(max_order=6)
     with pytest.raises(ValueError, match="unknown linear solver 'lu'"):
         pdesolve(problem, JIDA(linear="lu"), (0.0, 1.0), np.zeros(3))

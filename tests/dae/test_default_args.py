@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import solvers as ds
-from solvers.dae import PARTICLES, SOLUTIONS, DAEProblem, JIDA, ParticleSpec, SaveAt, pdesolve
+from solvers.dae import JIDA, PARTICLES, SOLUTIONS, DAEProblem, ParticleSpec, SaveAt, pdesolve
 
 SPEC = ParticleSpec(cells=6)
 TS = np.linspace(0.0, 2.0, 5)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from problems import decay_problem, robertson_problem, robertson_reference
+
 from solvers.dae import JIDA, ParticleModel, ParticleSpec, SaveAt, pdesolve
 
 TS = np.array([0.5, 1.0, 2.0])

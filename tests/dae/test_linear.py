@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from solvers.linear import (
     FACTOR,
@@ -103,7 +104,7 @@ def test_forward_derivatives_solve_against_the_same_factor(backend: LinearSolver
 
 
 def test_klu_survives_nonfinite_values():
-    pattern, values, dense = random_system(seed=3)
+    pattern, values, _dense = random_system(seed=3)
     backend = KLU()
     symbolic = backend.analyse(pattern)
     bad = values.copy()
@@ -152,7 +153,7 @@ def test_tridiagonal_needs_three_colors():
 def test_backend_names_and_errors():
     assert isinstance(linear_solver("auto"), KLU)  # a CPU with klujax and float64
     assert isinstance(linear_solver("dense"), Dense)
-    with pytest.raises(ValueError, match="unknown linear solver 'superlu'.*'klu'"):
+    with pytest.raises(ValueError, match=r"unknown linear solver 'superlu'.*'klu'"):
         linear_solver("superlu")
     # linear="cudss" without its extension or library: tests/cudss/test_loading.py (a process
     # here may have loaded the stand-in library of tests/cudss, which works on the CPU).

@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from problems import decay_problem
+
 from solvers.dae import JIDA, DAEProblem, SaveAt, Status, pdesolve
 
 TS = np.array([0.5, 1.0, 2.0])

@@ -21,12 +21,12 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp
-import numpy as np
+import jax.numpy as jnp  # noqa: E402 -- after jax_enable_x64, as a user's script does
+import numpy as np  # noqa: E402 -- with the imports it belongs to
 
-import solvers as ds
-from solvers import distributed
-from solvers.inference import Experiment, Measurement, Parameter, Study
+import solvers as ds  # noqa: E402 -- after jax_enable_x64, as a user's script does
+from solvers import distributed  # noqa: E402 -- after jax_enable_x64
+from solvers.inference import Experiment, Measurement, Parameter, Study  # noqa: E402 -- same
 
 
 def decay(params, conditions, t):

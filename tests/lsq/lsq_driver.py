@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import sys
 
-from campaign import checkpointed_map
 from lsq_rows import counted_rows
+
+from campaign import checkpointed_map
 from solvers.lsq import BlockStore
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import distributed
 import numpy as np
 import pytest
+from lsq_rows import stacked
+from testkit import PYTHON, child_env, wait_until
 
 from campaign import read_ledger
-from lsq_rows import counted_rows, stacked
 from solvers.lsq import METHODS, BlockStore, solve
-from testkit import PYTHON, child_env, wait_until
 
 DRIVER = Path(__file__).with_name("lsq_driver.py")
 N = 16

@@ -9,12 +9,13 @@ import re
 import subprocess
 import tomllib
 
+from testkit import PYTHON, ROOT, child_env
+
 from campaign._cli import cli
 from campaign._cli._spec import SPEC_KEYS
 from campaign._cli._submit import ARRAY_KEYS
 from schedulers import SCHEDULERS
 from solvers.lsq import solve
-from testkit import PYTHON, ROOT, child_env
 
 DOC = (ROOT / "docs" / "lsq.md").read_text()
 EXAMPLE = ROOT / "examples" / "lsq_fit.py"

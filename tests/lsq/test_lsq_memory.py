@@ -7,7 +7,6 @@ import re
 import subprocess
 
 import pytest
-
 from testkit import PYTHON, ROOT, child_env
 
 

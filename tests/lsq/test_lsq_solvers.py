@@ -8,8 +8,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-
 from lsq_rows import COLS, exact, stacked
+
 from solvers.lsq import METHODS, BlockStore, solve
 
 N = 12
@@ -219,7 +219,7 @@ def test_standard_errors_equal_the_weighted_covariance(system):
 
 
 def test_arrays_in_memory_solve_as_their_blocks_do(system):
-    A, y, w, groups = stacked(N)
+    A, y, w, _groups = stacked(N)
     for method in METHODS:
         blocks = solve(system, method=method, ridge=0.2, tol=1e-15)
         arrays = solve(A, y, method=method, weights=w, ridge=0.2, tol=1e-15,

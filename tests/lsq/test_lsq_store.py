@@ -7,11 +7,11 @@ import subprocess
 
 import numpy as np
 import pytest
+from lsq_rows import counted_rows, stacked
+from testkit import PYTHON, child_env
 
 from campaign import checkpointed_map
-from lsq_rows import counted_rows, stacked
 from solvers.lsq import BlockError, BlockStore, solve
-from testkit import PYTHON, child_env
 
 N = 8
 

@@ -3,7 +3,8 @@
 - idaRoberts_dns with IDA's settings, atol = (1e-8, 1e-6, 1e-6) passed as a vector and
   rtol = 1e-4: every printed row up to t = 4e5 agrees with IDA's to its printing precision
   (``%.4e``), and IDA's step counts are JIDA's (checked at t = 4e3 and 4e5: the row's time is
-  reached by step ``nst`` and not by step ``nst - 1``). Beyond 4e5 the two drift apart in the printed digits.
+  reached by step ``nst`` and not by step ``nst - 1``). Beyond 4e5 the two drift apart in the
+  printed digits.
 - idaHeat2D_klu with IDA's settings, constraints u >= 0: ``umax`` agrees to all six printed digits
   up to t = 0.64, the solve takes IDA's 232 steps and 260 Newton iterations, and for t >= 1.28,
   where IDA prints 0, the constrained solution is zero to rounding (below 1e-20; IDA's exact 0 is
@@ -16,11 +17,19 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-
 from ida_examples import (
-    HEAT_ATOL, ROBERTS_ATOL, ROBERTS_RTOL, ROBERTS_Y0, ROBERTS_YP0, heat_initial, heat_output,
-    heat_problem, roberts_output, roberts_problem,
+    HEAT_ATOL,
+    ROBERTS_ATOL,
+    ROBERTS_RTOL,
+    ROBERTS_Y0,
+    ROBERTS_YP0,
+    heat_initial,
+    heat_output,
+    heat_problem,
+    roberts_output,
+    roberts_problem,
 )
+
 from solvers.dae import JIDA, SaveAt, Status, pdesolve
 
 jax.config.update("jax_enable_x64", True)

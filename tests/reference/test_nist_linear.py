@@ -10,8 +10,8 @@ import logging
 
 import numpy as np
 import pytest
-
 from nist_linear import NAMES, load, lre
+
 from solvers.lsq import BlockStore, solve
 
 

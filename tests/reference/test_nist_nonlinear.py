@@ -22,7 +22,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from nist_nonlinear import MODELS, load, lre
 
 import solvers as ds

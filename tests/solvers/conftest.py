@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import jax
 
-
 try:
     jax.config.update("jax_num_cpu_devices", 8)
 except RuntimeError as exc:

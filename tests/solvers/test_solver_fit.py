@@ -11,8 +11,17 @@ import numpy as np
 import pytest
 from fit_checks import assert_same_fit
 from solver_models import (
-    NOISE, OSC_TIMES, OSC_TRUTH, OSCILLATOR, PARTICLES, TRUTH, decay, particle_experiments,
-    particle_problem, simulate, three_particles,
+    NOISE,
+    OSC_TIMES,
+    OSC_TRUTH,
+    OSCILLATOR,
+    PARTICLES,
+    TRUTH,
+    decay,
+    particle_experiments,
+    particle_problem,
+    simulate,
+    three_particles,
 )
 
 import solvers as ds

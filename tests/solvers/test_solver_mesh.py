@@ -62,7 +62,7 @@ def test_mesh_groups_errors(group_shape, match):
 
 def test_layout_checks_its_arguments():
     assert ds.Layout().mesh is None and ds.Layout().balance_steps is None
-    with pytest.raises(TypeError, match="jax.sharding.Mesh"):
+    with pytest.raises(TypeError, match=r"jax.sharding.Mesh"):
         ds.Layout(mesh=("data",))
     with pytest.raises(TypeError, match="None, True or False"):
         ds.Layout(balance_steps="yes")
