@@ -50,7 +50,7 @@ class JIDA:
 
     linear: str | LinearSolver = "auto"
     rtol: float = 1e-6
-    atol: float | Sequence[float] = 1e-9
+    atol: float | Sequence[float] | np.ndarray = 1e-9
     max_order: int = 5
     max_steps: int = 20_000
     initial_step: float | None = None

@@ -110,10 +110,10 @@ class ParticleSpec:
         """An empty particle (the surface node is made consistent by the solver)."""
         return np.zeros(self.n)
 
-    def uptake(self, ys: jax.Array) -> jax.Array:
+    def uptake(self, ys: jax.Array | np.ndarray) -> jax.Array:
         """The volume-averaged concentration of states ``(..., n)``."""
         _, _, volume = self.geometry()
-        return ys[..., :-1] @ jnp.asarray(volume) / (self.radius**3 / 3.0)
+        return jnp.asarray(ys)[..., :-1] @ jnp.asarray(volume) / (self.radius**3 / 3.0)
 
 
 @functools.lru_cache(maxsize=64)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_batching import custom_vmap, sequential_vmap
+from jax.typing import ArrayLike
 
 from ._pattern import Pattern
 
@@ -67,15 +68,15 @@ class LinearSolver(abc.ABC):
         """The numeric state before the first factorization."""
 
     @abc.abstractmethod
-    def factor(self, symbolic: Symbolic, values: jax.Array) -> Numeric:
+    def factor(self, symbolic: Symbolic, values: ArrayLike) -> Numeric:
         """Factor the matrix with these ``values`` (pivoting)."""
 
     @abc.abstractmethod
-    def refactor(self, symbolic: Symbolic, numeric: Numeric, values: jax.Array) -> Numeric:
+    def refactor(self, symbolic: Symbolic, numeric: Numeric, values: ArrayLike) -> Numeric:
         """Factor new ``values`` of the same pattern, reusing what ``numeric`` allows."""
 
     @abc.abstractmethod
-    def solve(self, symbolic: Symbolic, numeric: Numeric, b: jax.Array) -> jax.Array:
+    def solve(self, symbolic: Symbolic, numeric: Numeric, b: ArrayLike) -> jax.Array:
         """``A^-1 b`` for one right-hand side ``b`` of shape ``(n,)``."""
 
     def free(self, symbolic: Symbolic, numeric: Numeric) -> None:
@@ -94,8 +95,8 @@ class LinearSolver(abc.ABC):
 
     # -- operations built on the phases ----------------------------------------------------------
 
-    def update(self, symbolic: Symbolic, numeric: Numeric, values: jax.Array,
-               mode: jax.Array, after: Any = None) -> Numeric:
+    def update(self, symbolic: Symbolic, numeric: Numeric, values: ArrayLike,
+               mode: jax.Array | int, after: Any = None) -> Numeric:
         """``KEEP`` the factorization, ``REFACTOR`` it or ``FACTOR`` afresh (releasing the old).
 
         Traceable with a traced ``mode``; for a stateful backend under ``vmap`` the batch members
@@ -116,7 +117,7 @@ class LinearSolver(abc.ABC):
         return _update(self, symbolic, run, numeric, jax.lax.stop_gradient(values),
                        jnp.asarray(mode, jnp.int32))
 
-    def linear_solve(self, symbolic: Symbolic, numeric: Numeric, b: jax.Array) -> jax.Array:
+    def linear_solve(self, symbolic: Symbolic, numeric: Numeric, b: ArrayLike) -> jax.Array:
         """`solve`, differentiable in ``b`` (the factor is a constant: ``d x = A^-1 d b``)."""
         return _solve(self, symbolic, numeric, b)
 

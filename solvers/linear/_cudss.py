@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from ._base import LinearSolver, require_x64
 from ._cudss_library import PREFIX, comm_layer_path, extension
@@ -134,7 +135,7 @@ class CuDSS(LinearSolver):
     def empty(self, symbolic: _CuDSSSymbolic, dtype: Any) -> jax.Array:
         return jnp.zeros((1,), jnp.uint64)
 
-    def _values(self, symbolic: _CuDSSSymbolic, values: jax.Array) -> jax.Array:
+    def _values(self, symbolic: _CuDSSSymbolic, values: ArrayLike) -> jax.Array:
         values = jnp.asarray(values, jnp.float64)
         if values.shape != (symbolic.pattern.nnz,):
             raise ValueError(f"values have shape {values.shape} but {symbolic.pattern!r} has "
@@ -147,18 +148,18 @@ class CuDSS(LinearSolver):
         return jax.ffi.ffi_call(PREFIX + target, out, has_side_effect=True,
                                 vmap_method="broadcast_all")
 
-    def factor(self, symbolic: _CuDSSSymbolic, values: jax.Array) -> jax.Array:
+    def factor(self, symbolic: _CuDSSSymbolic, values: ArrayLike) -> jax.Array:
         call = self._call("factor", jax.ShapeDtypeStruct((1,), jnp.uint64))
         return call(symbolic.rowptr, symbolic.colind, self._values(symbolic, values),
                     symbolic=np.uint64(symbolic.id))
 
     def refactor(self, symbolic: _CuDSSSymbolic, numeric: jax.Array,
-                 values: jax.Array) -> jax.Array:
+                 values: ArrayLike) -> jax.Array:
         call = self._call("refactor", jax.ShapeDtypeStruct((1,), jnp.uint64))
         return call(symbolic.rowptr, symbolic.colind, self._values(symbolic, values),
                     jnp.asarray(numeric, jnp.uint64), symbolic=np.uint64(symbolic.id))
 
-    def solve(self, symbolic: _CuDSSSymbolic, numeric: jax.Array, b: jax.Array) -> jax.Array:
+    def solve(self, symbolic: _CuDSSSymbolic, numeric: jax.Array, b: ArrayLike) -> jax.Array:
         b = jnp.asarray(b, jnp.float64)
         if b.shape != (symbolic.pattern.n,):
             raise ValueError(f"the right-hand side has shape {b.shape}; {symbolic.pattern!r} "

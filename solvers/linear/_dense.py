@@ -8,6 +8,8 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+import numpy as np
+from jax.typing import ArrayLike
 
 from ._base import LinearSolver
 from ._pattern import Pattern
@@ -44,17 +46,17 @@ class Dense(LinearSolver):
         n = symbolic.pattern.n
         return jnp.eye(n, dtype=dtype), jnp.arange(n, dtype=jnp.int32)
 
-    def _matrix(self, symbolic: _DenseSymbolic, values: jax.Array) -> jax.Array:
+    def _matrix(self, symbolic: _DenseSymbolic, values: ArrayLike) -> jax.Array:
         p = symbolic.pattern
-        return jnp.zeros((p.n, p.n), values.dtype).at[p.rows, p.cols].set(values)
+        return jnp.zeros((p.n, p.n), np.result_type(values)).at[p.rows, p.cols].set(values)
 
-    def factor(self, symbolic: _DenseSymbolic, values: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def factor(self, symbolic: _DenseSymbolic, values: ArrayLike) -> tuple[jax.Array, jax.Array]:
         lu, piv = jsl.lu_factor(self._matrix(symbolic, values))
         return lu, piv.astype(jnp.int32)
 
     def refactor(self, symbolic: _DenseSymbolic, numeric: Any,
-                 values: jax.Array) -> tuple[jax.Array, jax.Array]:
+                 values: ArrayLike) -> tuple[jax.Array, jax.Array]:
         return self.factor(symbolic, values)
 
-    def solve(self, symbolic: _DenseSymbolic, numeric: Any, b: jax.Array) -> jax.Array:
+    def solve(self, symbolic: _DenseSymbolic, numeric: Any, b: ArrayLike) -> jax.Array:
         return jsl.lu_solve(numeric, b)

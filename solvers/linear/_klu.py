@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_batching import custom_vmap
+from jax.typing import ArrayLike
 
 from ._base import LinearSolver, require_x64
 from ._pattern import Pattern
@@ -113,24 +114,24 @@ class KLU(LinearSolver):
     def empty(self, symbolic: _KLUSymbolic, dtype: Any) -> jax.Array:
         return jnp.zeros((1,), jnp.uint64)
 
-    def _values(self, symbolic: _KLUSymbolic, values: jax.Array) -> jax.Array:
+    def _values(self, symbolic: _KLUSymbolic, values: ArrayLike) -> jax.Array:
         values = jnp.asarray(values, jnp.float64)
         eye = jnp.zeros_like(values).at[symbolic.pattern.diagonal_index].set(1.0)
         return jnp.where(jnp.all(jnp.isfinite(values)), values, eye)[None, :]
 
-    def factor(self, symbolic: _KLUSymbolic, values: jax.Array) -> jax.Array:
+    def factor(self, symbolic: _KLUSymbolic, values: ArrayLike) -> jax.Array:
         p = symbolic.pattern
         call = jax.ffi.ffi_call(_PREFIX + "factor_f64", jax.ShapeDtypeStruct((1,), jnp.uint64),
                                 has_side_effect=True, vmap_method="sequential")
         return call(p.rows, p.cols, self._values(symbolic, values), symbolic.constant())
 
-    def refactor(self, symbolic: _KLUSymbolic, numeric: jax.Array, values: jax.Array) -> jax.Array:
+    def refactor(self, symbolic: _KLUSymbolic, numeric: jax.Array, values: ArrayLike) -> jax.Array:
         p = symbolic.pattern
         call = jax.ffi.ffi_call(_PREFIX + "refactor_f64", jax.ShapeDtypeStruct((1,), jnp.uint64),
                                 has_side_effect=True, vmap_method="sequential")
         return call(p.rows, p.cols, self._values(symbolic, values), symbolic.constant(), numeric)
 
-    def solve(self, symbolic: _KLUSymbolic, numeric: jax.Array, b: jax.Array) -> jax.Array:
+    def solve(self, symbolic: _KLUSymbolic, numeric: jax.Array, b: ArrayLike) -> jax.Array:
         return _solver(symbolic)(numeric, jnp.asarray(b, jnp.float64))
 
     def free(self, symbolic: _KLUSymbolic, numeric: jax.Array) -> None:

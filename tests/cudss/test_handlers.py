@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from cudss_support import random_system
 
-from solvers.linear import KLU, CuDSS, linear_solver
+from solvers.linear import KLU, CuDSS, LinearSolver, linear_solver
 from solvers.linear._cudss_library import PREFIX, extension
 
 
@@ -45,7 +45,8 @@ def test_agrees_with_klu(fake_library):
     pattern, values, _ = random_system(60, seed=3)
     b = np.cos(np.arange(pattern.n))
     out = []
-    for backend in (CuDSS(), KLU()):
+    backends: tuple[LinearSolver, ...] = (CuDSS(), KLU())
+    for backend in backends:
         sym = backend.analyse(pattern)
         num = backend.factor(sym, values)
         out.append(np.asarray(backend.solve(sym, num, b)))

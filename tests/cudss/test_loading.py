@@ -22,6 +22,7 @@ def fresh_extension(tmp_path: Path) -> Extension:
     built = extension_path()
     require(built is not None, "the cuDSS extension is not built: run "
                                "`python setup.py build_ext --inplace`")
+    assert built is not None  # require() above stops the test otherwise
     copy = tmp_path / "ext_copy.so"
     shutil.copy(built, copy)
     return Extension(copy)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +19,7 @@ from problems import (
 
 from solvers.dae import JIDA, DAEProblem, SaveAt, Status, pdesolve
 
-TIGHT = {"rtol": 1e-8, "atol": 1e-10}
+TIGHT: dict[str, Any] = {"rtol": 1e-8, "atol": 1e-10}
 DECAY_TS = np.linspace(0.0, 2.0, 9)
 ROBERTSON_TS = np.array([0.0, 0.4, 4.0, 40.0, 400.0, 4e3, 4e4])
 HEAT_TS = np.linspace(0.0, 0.2, 5)

@@ -27,6 +27,7 @@ jax.config.update("jax_enable_x64", True)
 
 mesh = ds.global_mesh(("model",))
 layout = ds.Layout(mesh=mesh)
+assert layout.mesh is not None
 spec = ParticleSpec(cells=20)
 problem = spec.build(layout=layout)
 ts = np.linspace(0.1, 2.0, 5)

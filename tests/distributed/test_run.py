@@ -48,7 +48,7 @@ def reference(tmp_path_factory) -> dict:
     return read(out / "fit.json")
 
 
-def check(out: Path, reference: dict, source: str, processes: int) -> None:
+def check(out: Path, reference: dict, source: str | None, processes: int) -> None:
     fit = read(out / "fit.json")
     assert_same_fit(fit["tr"], reference["tr"])
     if "newton" in fit:

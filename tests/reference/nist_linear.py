@@ -58,6 +58,7 @@ def load(name: str, folder: str | os.PathLike[str] = DATA) -> Dataset:
     else:  # Longley: an intercept and the predictors
         A = np.column_stack(([np.ones(len(y))] if 0 in params else []) + list(X.T))
     assert A.shape[1] == len(order), (name, A.shape, order)
+    assert residual_sd is not None, f"{name}: no residual standard deviation in the file"
     return Dataset(name, A, y, np.array([params[p][0] for p in order]),
                    np.array([params[p][1] for p in order]), float(residual_sd))
 

@@ -40,10 +40,10 @@ def test_standard_errors_cover_the_truth(noise):
         res = inference.optsolve(particle_problem(7, seed=seed, noise=noise))
         assert res.converged, res
         z += [(res[name] - true) / res.standard_error(name) for name, true in TRUTH.items()]
-    z = np.asarray(z)
-    inside = np.mean(np.abs(z) < 1.96)
+    zs = np.asarray(z)
+    inside = np.mean(np.abs(zs) < 1.96)
     assert 0.88 <= inside <= 1.0, inside
-    assert 0.6 <= np.mean(z**2) <= 1.5, np.mean(z**2)
+    assert 0.6 <= np.mean(zs**2) <= 1.5, np.mean(zs**2)
 
 
 @pytest.mark.parametrize("method", METHODS, ids=METHOD_IDS)

@@ -126,7 +126,8 @@ def test_a_mesh_without_a_data_axis(caplog):
      r"values have shape \(3,\) but times have shape \(16,\)"),
     (lambda: inference.Experiment("A-1", decay, {"q": "hot"}, inference.Measurement(
         TIMES, np.ones(16))), r"condition 'q' must be numeric"),
-    (lambda: inference.Experiment("A-1", "decay", {}, inference.Measurement(TIMES, np.ones(16))),
+    (lambda: inference.Experiment("A-1", "decay", {},  # type: ignore[arg-type]  # under test
+                                  inference.Measurement(TIMES, np.ones(16))),
      r"model must be callable"),
 ])
 def test_malformed_objects(build, match):
@@ -168,7 +169,7 @@ def test_a_failing_model_names_the_experiment(caplog):
 
 def test_wrong_arguments_to_optsolve():
     with pytest.raises(TypeError, match="method must be TrustRegion"):
-        inference.optsolve(particle_problem(2), "trf")
+        inference.optsolve(particle_problem(2), "trf")  # type: ignore[arg-type]  # the wrong type under test
     with pytest.raises(ValueError, match="already lowered"):
         inference.optsolve(ds.lower(particle_problem(2)), layout=ds.Layout())
     with pytest.raises(ValueError, match=r"max_steps=\.\.\.\) must be a positive int"):

@@ -63,6 +63,6 @@ def test_mesh_groups_errors(group_shape, match):
 def test_layout_checks_its_arguments():
     assert ds.Layout().mesh is None and ds.Layout().balance_steps is None
     with pytest.raises(TypeError, match=r"jax.sharding.Mesh"):
-        ds.Layout(mesh=("data",))
+        ds.Layout(mesh=("data",))  # type: ignore[arg-type]  # the wrong type under test
     with pytest.raises(TypeError, match="None, True or False"):
-        ds.Layout(balance_steps="yes")
+        ds.Layout(balance_steps="yes")  # type: ignore[arg-type]  # the wrong type under test

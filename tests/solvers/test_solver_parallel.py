@@ -102,7 +102,7 @@ def test_balance_steps_keeps_the_fit(oscillator_reference, oscillator_steps, bal
         assert len(set(steps.values())) > 5  # the step counts differ between experiments
         before = [sum(steps[i] for i in group) for group in contiguous]
         after = [sum(steps[i] for i in group) for group in lowered.assignment]
-        assert lowered.balanced and list(lowered.work) == after
+        assert lowered.balanced and lowered.work is not None and list(lowered.work) == after
         assert max(after) < max(before)
         assert max(after) - min(after) <= max(steps.values())
     assert_same_fit(inference.optsolve(lowered), ref)
@@ -125,5 +125,6 @@ def test_work_estimates_balance_closed_form_models():
          for e in problem.experiments], parameters=problem.parameters,
         per_experiment=problem.per_experiment, groups=problem.groups)
     lowered = ds.lower(weighted, ds.Layout(mesh=mesh((2,))))
-    assert lowered.balanced and list(lowered.work) == [180.0, 180.0]
+    assert lowered.balanced and lowered.work is not None
+    assert list(lowered.work) == [180.0, 180.0]
     assert_same_fit(inference.optsolve(lowered), inference.optsolve(problem))
