@@ -47,6 +47,15 @@ def solve(system: BlockSystem, method: str = "qr", /, *, ridge: float = 0.0,
 
 
 @overload
+def solve(system: BlockSystem, /, *, method: str = "qr", ridge: float = 0.0,
+          ridge_matrix: ArrayLike | None = None,
+          group_weights: Mapping[str | int, float] | None = None, client: Any = None,
+          validation: BlockSystem | None = None, tol: float = 1e-12,
+          max_iterations: int | None = None, diagnostics: bool = True,
+          refine: int | None = None, rank_tol: float = RANK_TOL) -> Solution: ...
+
+
+@overload
 def solve(A: ArrayLike, b: ArrayLike, /, *, method: str = "qr", weights: ArrayLike | None = None,
           ridge: float = 0.0, ridge_matrix: ArrayLike | None = None,
           validation: tuple[ArrayLike, ...] | None = None, tol: float = 1e-12,

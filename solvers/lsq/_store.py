@@ -19,8 +19,9 @@ from ._system import BlockSystem
 
 logger = logging.getLogger(__name__)
 
-#: What a rows function returns: ``(A, y, weights)`` or ``(A, y, weights, groups)``.
-RowsFn = Callable[[Mapping[str, Any]], tuple]
+#: A rows function: called with the item (a mapping), it returns ``(A, y, weights)`` or
+#: ``(A, y, weights, groups)``.
+RowsFn = Callable[[Any], tuple]
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 

@@ -37,4 +37,5 @@ def counted_rows(item: dict) -> tuple:
 def stacked(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Blocks 0..n-1 as one matrix (the reference for the solvers)."""
     parts = [exact(i) for i in range(n)]
-    return tuple(np.concatenate([p[k] for p in parts]) for k in range(4))
+    A, y, w, groups = (np.concatenate([p[k] for p in parts]) for k in range(4))
+    return A, y, w, groups

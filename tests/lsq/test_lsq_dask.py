@@ -62,6 +62,7 @@ def test_killed_driver_resumes_and_computes_only_missing_blocks(tmp_path, client
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
+    assert proc.stdout is not None
     proc.stdout.close()
     quiet(client)
     kept = accepted(ledger)

@@ -32,8 +32,11 @@ def test_example_fits_and_a_second_run_computes_nothing(tmp_path):
         lines = [x for x in proc.stdout.splitlines() if "max |x - truth|" in x]
         assert [x.split(":")[0].strip() for x in lines] == ["qr", "normal", "lsqr"]
         for line in lines:
-            assert float(re.search(r"truth\| = (\S+),", line).group(1)) < 1e-2
-            assert float(re.search(r"held-out RMSE energy (\S+) ", line).group(1)) < 1e-3
+            error = re.search(r"truth\| = (\S+),", line)
+            rmse = re.search(r"held-out RMSE energy (\S+) ", line)
+            assert error is not None and rmse is not None, line
+            assert float(error.group(1)) < 1e-2
+            assert float(rmse.group(1)) < 1e-3
         stamps.append({p.name: p.stat().st_mtime_ns
                        for p in (tmp_path / "fit.json.blocks").iterdir()})
     assert stamps[0] == stamps[1], "the second run wrote blocks again"

@@ -69,6 +69,7 @@ def test_held_out_blocks_give_the_validation_error(system):
     A, y, _, _ = stacked(N)
     held_rows = np.r_[3 * 20:4 * 20, 7 * 20:8 * 20]
     r = A[held_rows] @ sol.coefficients - y[held_rows]
+    assert sol.validation is not None
     assert sol.validation.rmse_all == pytest.approx(np.sqrt(np.mean(r * r)), rel=1e-12)
     assert sol.validation.rows == {"energy": 8, "force": 32}
     with pytest.raises(ValueError, match="no blocks for task ids \\['nope'\\]"):
@@ -100,6 +101,7 @@ def normal_is_refused_or_untrusted(system, caplog):
     except np.linalg.LinAlgError as exc:
         assert "use method='qr'" in str(exc)
         return None
+    assert sol.digits is not None
     assert sol.digits < 4 and sol.warnings
     assert any("method='qr'" in w for w in sol.warnings)
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == \
@@ -111,6 +113,7 @@ def test_qr_stays_accurate_where_normal_equations_lose_digits(tmp_path, caplog):
     system, A, truth = vandermonde_system(tmp_path, 12)  # cond(A) ~ 1.3e8
     assert 1e7 < np.linalg.cond(A) < 1e9
     qr = solve(system, "qr")
+    assert qr.digits is not None
     assert rel(qr.coefficients, truth) < 1e-8 and not qr.warnings and qr.digits > 6
     assert rel(qr.coefficients, truth) < 10 ** -qr.digits  # the estimate is honest
     normal = normal_is_refused_or_untrusted(system, caplog)
@@ -120,6 +123,7 @@ def test_qr_stays_accurate_where_normal_equations_lose_digits(tmp_path, caplog):
     system, A, truth = vandermonde_system(tmp_path, 14)  # cond(A) ~ 4e9: normal matrix ~ 1e19
     assert 1e9 < np.linalg.cond(A) < 1e11
     sol = solve(system, "qr")
+    assert sol.cond is not None
     assert rel(sol.coefficients, truth) < 1e-6 and sol.cond > 1e9 and not sol.warnings
     normal_is_refused_or_untrusted(system, caplog)
 
@@ -130,8 +134,9 @@ def exact_lstsq(A, y):
     n = A.shape[1]
     Af = [[Fraction(v) for v in row] for row in A.tolist()]
     yf = [Fraction(v) for v in y.tolist()]
-    G = [[sum(r[i] * r[j] for r in Af) for j in range(n)] + [sum(r[i] * v for r, v in zip(Af, yf))]
-         for i in range(n)]
+    zero = Fraction(0)
+    G = [[sum((r[i] * r[j] for r in Af), zero) for j in range(n)]
+         + [sum((r[i] * v for r, v in zip(Af, yf)), zero)] for i in range(n)]
     for k in range(n):
         for i in range(k + 1, n):
             f = G[i][k] / G[k][k]
@@ -148,6 +153,7 @@ def test_refinement_reaches_the_exact_solution_and_diagnostics_never_change_it(t
     plain = solve(system, "qr", refine=0)
     refined = solve(system, "qr")  # one step by default
     assert plain.refinement_steps == 0 and refined.refinement_steps == 1
+    assert plain.digits is not None
     assert rel(plain.coefficients, exact) < 10 ** -plain.digits  # about 8 digits
     assert rel(refined.coefficients, exact) < 1e-14  # all of them
     for method in METHODS:
@@ -200,6 +206,7 @@ def test_lsqr_flags_an_unconverged_solution(system, caplog):
     assert any("LSQR did not converge" in r.getMessage() for r in caplog.records
                if r.levelname == "WARNING")
     ok = solve(system, "lsqr", tol=1e-14)
+    assert ok.scaled_cond is not None
     assert ok.converged and not ok.warnings and ok.scaled_cond < 100
 
 
@@ -213,6 +220,7 @@ def test_standard_errors_equal_the_weighted_covariance(system):
     for method in ("qr", "normal"):
         sol = solve(system, method)
         assert sol.residual_sd == pytest.approx(sd, rel=1e-10)
+        assert sol.standard_errors is not None
         assert np.allclose(sol.standard_errors, se, rtol=1e-9, atol=0), method
         assert solve(system, method, ridge=0.1).standard_errors is None
     assert solve(system, "lsqr").standard_errors is None
@@ -228,6 +236,7 @@ def test_arrays_in_memory_solve_as_their_blocks_do(system):
         assert arrays.residuals.weighted_norm == pytest.approx(blocks.residuals.weighted_norm,
                                                                rel=1e-12)
         r = A[:40] @ arrays.coefficients - y[:40]
+        assert arrays.validation is not None
         assert arrays.validation.rmse_all == pytest.approx(np.sqrt(np.mean(r * r)), rel=1e-12)
     unweighted = solve(A.tolist(), y.tolist())  # any array-like; weights default to 1
     assert rel(unweighted.coefficients, np.linalg.lstsq(A, y, rcond=None)[0]) < 1e-12
@@ -238,11 +247,11 @@ def test_arrays_in_memory_solve_as_their_blocks_do(system):
     with pytest.raises(ValueError, match=r"b has non-finite values \(first at index \[2\]\)"):
         solve(A, np.where(np.arange(len(y)) == 2, np.nan, y))
     with pytest.raises(ValueError, match="group_weights= are for block systems"):
-        solve(A, y, group_weights={"force": 2.0})
+        solve(A, y, group_weights={"force": 2.0})  # type: ignore[call-overload]  # misuse
     with pytest.raises(TypeError, match="takes the method as its second argument"):
         solve(system, y)
     with pytest.raises(ValueError, match="weights= is for arrays"):
-        solve(system, weights=w)
+        solve(system, weights=w)  # type: ignore[call-overload]  # the misuse under test
 
 
 class FolderPath:
