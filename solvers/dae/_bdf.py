@@ -92,7 +92,8 @@ def enforce_constraints(constraints: Sequence[int], ee, y, y_last, ewt, tol):
     ``0.1 / ewt`` inside it for a strict one). A small ``v`` (weighted norm at most the
     corrector's ``tol``) is applied; a larger one fails the attempt, and the step is to be cut by
     ``eta = max(0.9 min(y_last / (y_last - y)), 0.1)`` over the violated unknowns.
-    Returns the (corrected) ``ee``, whether the attempt failed, and ``eta``.
+    Returns the (corrected) ``ee``, whether the attempt failed, ``eta``, and ``bound``: the
+    bound each corrected unknown was moved onto, NaN where none was (for `complete_step`).
     """
     c = jnp.asarray(constraints, y.dtype)
     mask = violated(constraints, sg(y))
@@ -105,7 +106,8 @@ def enforce_constraints(constraints: Sequence[int], ee, y, y_last, ewt, tol):
     quotient = jnp.where(gap != 0, y_last / jnp.where(gap != 0, gap, 1.0), jnp.inf)
     eta = jnp.maximum(0.9 * jnp.min(quotient), 0.1)
     eta = jnp.where(jnp.isfinite(eta), eta, 0.25)
-    return ee, jnp.any(mask) & ~small, sg(eta)
+    bound = jnp.where(mask & small, target, jnp.nan)
+    return ee, jnp.any(mask) & ~small, sg(eta), bound
 
 
 class Predicted(NamedTuple):
@@ -190,9 +192,10 @@ class Completed(NamedTuple):
 
 
 def complete_step(K: int, max_step: float, p: Predicted, e: ErrorTest, ee, k, kused, phase,
-                  phi, nst) -> Completed:
+                  phi, nst, bound=None) -> Completed:
     """Order and step for the next step (the first steps raise both until phase 1), then
-    ``phi_j <- sum_{i=j..k} phi*_i + ee``. ``nst`` counts this step."""
+    ``phi_j <- sum_{i=j..k} phi*_i + ee``. ``nst`` counts this step; ``bound`` is
+    `enforce_constraints`'s (`on_bounds`)."""
     h = p.h
     kdiff = k - kused
     phase = jnp.where((e.knew == k - 1) | (k == K), 1, phase)
@@ -220,7 +223,31 @@ def complete_step(K: int, max_step: float, p: Predicted, e: ErrorTest, ee, k, ku
     phi_new = tuple(jnp.where(j <= k, suffix[j], jnp.where((j == k + 1) & (k < K), ee,
                                                             p.phi_star[j]))
                     for j in range(K + 2))
+    if bound is not None:
+        phi_new = on_bounds(K, p, k, bound, phi_new)
     return Completed(k_next, h_next, phase, phi_new)
+
+
+def on_bounds(K: int, p: Predicted, k, bound, phi_new: tuple) -> tuple:
+    """``phi`` of the unknowns the constraint check moved onto their bound, in exact arithmetic.
+
+    IDA's correction ``ee <- ee - v`` with ``v = y_pred + ee - b`` makes ``ee = b - y_pred``, so
+    ``phi_j <- sum_{i=j..k} phi*_i + ee`` is ``b - sum_{i<j} phi*_i``: the solution ``phi_0`` is
+    ``b`` itself, and ``phi_{k+1}`` (kept for an order increase) is ``b - y_pred``. Summed the
+    long way these cancel only to rounding (a residue of ~1e-16 of the terms, of either sign);
+    IDA's own sums cancel exactly where they happen to be exact. Computed here from the prefix
+    sums (in ``y_pred``'s order), a corrected unknown is exactly on its bound, and one that
+    stays there predicts the bound again.
+    """
+    fixed = ~jnp.isnan(bound)
+    b = jnp.where(fixed, bound, 0.0)
+    before = jnp.zeros_like(b)  # sum_{i<j} phi*_i
+    rows = []
+    for j in range(K + 2):
+        kept = (j <= k) | ((j == k + 1) & (k < K))
+        rows.append(jnp.where(fixed & kept, b - before, phi_new[j]))
+        before = before + p.order_mask[j] * p.phi_star[j]
+    return tuple(rows)
 
 
 class Failed(NamedTuple):

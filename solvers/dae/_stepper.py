@@ -97,6 +97,7 @@ class _Solved(NamedTuple):
     conv_fail: jax.Array    # failed with a fresh matrix
     cfail: jax.Array        # converged, but the constraints failed beyond a small correction
     eta_c: jax.Array        # the step ratio after a constraint failure
+    bound: Any              # where the constraints moved y onto a bound (NaN elsewhere), or None
 
 
 def _nonlinear_solve(ctx: Context, args: Any, constraints: Sequence[int] | None, temp1: float,
@@ -123,15 +124,16 @@ def _nonlinear_solve(ctx: Context, args: Any, constraints: Sequence[int] | None,
                    args)
     conv = corr.converged
     ee = corr.y - p.y_pred
+    bound = None
     if constraints is None:
         cfail, eta_c = jnp.asarray(False), jnp.asarray(0.25, dtype)
     else:
         # y as IDA forms it (y_pred + ee), so the corrected phi are IDA's to the last bit
-        ee, cfail, eta_c = enforce_constraints(constraints, ee, p.y_pred + ee, st.phi[0], ewt,
-                                               s.newton_tol)
+        ee, cfail, eta_c, bound = enforce_constraints(constraints, ee, p.y_pred + ee, st.phi[0],
+                                                      ewt, s.newton_tol)
         cfail = conv & cfail
     return _Solved(corr, ee, call, numeric, cjold, ss, conv, ~conv & ~call, ~conv & call, cfail,
-                   eta_c)
+                   eta_c, bound)
 
 
 def _save(K: int, ts: jax.Array, ok, p: Predicted, phi_new: tuple, k, save, ys):
@@ -273,7 +275,8 @@ def _attempt(run: _Run, st: _State) -> _State:
     err_fail = nl.conv & ~nl.cfail & ~e.passed
     ok = nl.conv & ~nl.cfail & ~err_fail
     nst = st.stats.steps + 1
-    done = complete_step(K, s.max_step, p, e, nl.ee, k, st.kused, st.phase, st.phi, nst)
+    done = complete_step(K, s.max_step, p, e, nl.ee, k, st.kused, st.phase, st.phi, nst,
+                         nl.bound)
     nls_fail = nl.conv_fail | nl.cfail   # a constraint failure counts as one, as in IDA
     f = handle_failure(p, e, nls_fail, err_fail, nl.cfail, nl.eta_c, k, st.ncf, st.nef,
                        st.psi, st.phi, st.stats.steps == 0)
