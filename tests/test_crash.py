@@ -199,6 +199,23 @@ def ready(proc: subprocess.Popen) -> subprocess.Popen:
     return proc
 
 
+def check_finished(folder: Path, ledger: Path, log: Path, accepted: dict[str, dict],
+                   killed: set[int], execution: str) -> int:
+    """The invariants once a campaign finished; returns how many calls of fn ran again."""
+    assert not journal(folder), "a finished run left its journal"
+    tasks = read_ledger(ledger)["tasks"]
+    assert len(tasks) == TASKS[execution]
+    assert all(r["status"] == "accepted" for r in tasks.values())
+    assert len(accepted) == TASKS[execution]
+    ran = [tid for tid, _, _ in calls(log)]
+    assert set(ran) == set(tasks)
+    # a killed driver's temporary file is removed by the next driver that writes (a resume
+    # with nothing to run writes nothing); one that finished leaves none
+    left = {int(tmp.name.split("-")[-2]) for tmp in folder.glob(".ledger.json.tmp-*")}
+    assert left <= killed, f"drivers {sorted(left - killed)} left a temporary file"
+    return len(ran) - len(tasks)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("execution", list(KILLS))
@@ -273,19 +290,9 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution, drivers_en
                 proc.stdout.close()
                 check(ledger, log, accepted, proc.pid, before, tally)
                 finished = True
-        assert not journal(folder), "a finished run left its journal"
-        tasks = read_ledger(ledger)["tasks"]
-        assert len(tasks) == TASKS[execution]
-        assert all(r["status"] == "accepted" for r in tasks.values())
-        assert len(accepted) == TASKS[execution]
-        ran = [tid for tid, _, _ in calls(log)]
-        assert set(ran) == set(tasks)
-        reruns += len(ran) - len(tasks)
-        total += len(tasks)
-        # a killed driver's temporary file is removed by the next driver that writes (a resume
-        # with nothing to run writes nothing); one that finished leaves none
-        left = {int(tmp.name.split("-")[-2]) for tmp in folder.glob(".ledger.json.tmp-*")}
-        assert left <= killed, f"drivers {sorted(left - killed)} left a temporary file"
+        again = check_finished(folder, ledger, log, accepted, killed, execution)
+        reruns += again
+        total += TASKS[execution]
     print(f"\n{execution}: {kills} SIGKILLs ({kills - worker_kills} of the driver, {aimed} of "
           f"them aimed; {worker_kills} of a dask worker) over {campaigns} campaigns in "
           f"{time.monotonic() - began:.0f} s, {landed['write']} during a whole-file write, "
