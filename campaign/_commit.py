@@ -30,6 +30,7 @@ from ._atomic import WriteFailures, atomic_write, write_error_text, write_retry_
 from ._errors import LedgerError, LedgerWriteError
 from ._records import merge
 from ._runs import find_run
+from ._signals import block_stop_signals
 from ._store import RecordStore, whole_file
 
 logger = logging.getLogger(__name__)
@@ -136,6 +137,7 @@ class GroupCommit:
 
     # ------------------------------------------------------------------ writing
     def _write_loop(self) -> None:
+        block_stop_signals()
         while True:
             with self._state:
                 while not (self._dirty or self._meta_dirty or self._closing):

@@ -19,6 +19,7 @@ import orjson
 
 from . import _document
 from ._atomic import atomic_write
+from ._signals import block_stop_signals
 from ._workdir import WorkDir, read_json, task_key, work_root
 
 logger = logging.getLogger(__name__)
@@ -155,6 +156,7 @@ class Heartbeat:
         self._thread.join()
 
     def _loop(self) -> None:
+        block_stop_signals()  # SIGUSR1/SIGTERM go to the main thread, which runs fn
         while not self._stop.wait(self.interval):
             lease = self.lease
             if lease is not None:

@@ -54,3 +54,18 @@ def sigint_ignored() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+#: The signals that stop a run; the threads a driver starts block them (`block_stop_signals`).
+STOP_SIGNALS = frozenset(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1")
+                         if hasattr(signal, name))
+
+
+def block_stop_signals() -> None:
+    """Called first in a thread the campaign starts: the kernel then delivers Ctrl-C and the
+    stop signals to the main thread, where they interrupt what it waits in (``fn``'s own
+    ``time.sleep`` included) and raise; a signal taken by another thread would only set
+    Python's flag while the main thread slept on."""
+    if hasattr(signal, "pthread_sigmask"):  # POSIX
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+

@@ -7,10 +7,12 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import threading
 import time
 from collections import deque
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -355,3 +357,21 @@ def test_the_engine_follows_a_scheduler_whose_slots_grow(ledger):
                             execution=scheduler)
     assert camp.complete
     assert scheduler.starved == 0  # refilled as tasks finish, not once all 8 are done
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
+def test_the_ledger_writer_thread_leaves_ctrl_c_to_the_main_thread(tmp_path):
+    """The driver's own threads block SIGINT, SIGTERM and SIGUSR1, so the kernel delivers them to
+    the main thread, where they interrupt whatever fn waits in."""
+    def blocked_in_writer(item):
+        writer = next(t for t in threading.enumerate() if t.name == "ledger-writer")
+        status = Path(f"/proc/self/task/{writer.native_id}/status").read_text()
+        mask = int(next(line for line in status.splitlines()
+                        if line.startswith("SigBlk:")).split()[1], 16)
+        return {s.name: bool(mask >> (s - 1) & 1)
+                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD)}
+
+    camp = checkpointed_map(blocked_in_writer, [{"task_id": "t"}], ledger_path=tmp_path / "l.json")
+    assert camp.complete, camp.records["t"]["error"]
+    assert camp.results[0] == {"SIGINT": True, "SIGTERM": True, "SIGUSR1": True,
+                               "SIGCHLD": False}

@@ -15,6 +15,7 @@ import time
 from typing import IO, Any
 
 from .._campaign import Progress
+from .._signals import block_stop_signals
 from ._format import duration, rate
 
 #: ``--progress`` choices.
@@ -41,6 +42,7 @@ class _Ticker:
         self._thread.start()
 
     def _loop(self) -> None:
+        block_stop_signals()
         while not self._stopped.wait(self._interval):
             self._tick()
 

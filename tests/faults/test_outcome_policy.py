@@ -173,6 +173,8 @@ DRIVER = textwrap.dedent("""
     from campaign import checkpointed_map
 
     faulthandler.register(signal.SIGUSR2, all_threads=True)  # the test's stack dump on a hang
+    print("SIGINT was", signal.getsignal(signal.SIGINT), file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal
 
     def hang(item):
         time.sleep(3600)
