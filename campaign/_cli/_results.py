@@ -68,8 +68,12 @@ def results_command(ledger: Path, fmt: str | None, output: Path | None, with_ite
             head, chunks, _ = scan_ledger(ledger, with_leases=False)
         tally = _Tally(head)
         rows = tally.rows(chunks, with_items, with_records)
-        lines = {"csv": lambda: _csv(rows, names or []), "json": lambda: _json(rows),
-                 "jsonl": lambda: _jsonl(rows)}[fmt]()
+        if fmt == "csv":
+            lines = _csv(rows, names or [])
+        elif fmt == "json":
+            lines = _json(rows)
+        else:
+            lines = _jsonl(rows)
         if output is None:
             stream = click.get_binary_stream("stdout")
             for data in lines:
