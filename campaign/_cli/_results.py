@@ -13,6 +13,7 @@ import gc
 import io
 import os
 import shlex
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ def results_command(ledger: Path, fmt: str | None, output: Path | None, with_ite
         else:
             lines = _jsonl(rows)
         if output is None:
-            stream = click.get_binary_stream("stdout")
+            stream = sys.stdout.buffer
             for data in lines:
                 stream.write(data)
             stream.flush()
