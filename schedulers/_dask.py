@@ -7,7 +7,8 @@ raw ``client.map``; ``fn`` travels with every batch, so it survives the loss of 
 A task is reported started once its batch says so (`schedulers._dask_batch`). When a batch's
 worker dies, the task the batch said runs (alone in its batch, or reported running) is reported
 lost (the engine records it interrupted; only it spends ``max_interruptions``) and the others go
-back to the queue without an interruption; where the batch could not say which task ran, those
+back to the queue without an interruption (all of them, when the batch's worker thread had since
+started another batch: it had ended); where the batch could not say which task ran, those
 that may have been running run again one per batch, so that a task that kills its worker is
 found alone.
 """
@@ -88,6 +89,8 @@ class DaskScheduler(Scheduler):
         self._batches: dict[str, Batch] = {}
         self._started: set[str] = set()  # tasks whose Started was reported, no outcome yet
         self._alone: set[str] = set()  # tasks that run one per batch
+        #: per worker thread, (order, key) of the batch it last said it runs
+        self._latest: dict[tuple, tuple[float, str]] = {}
         self._lock = threading.Lock()
         self._owned: list[Any] = []
         self._mean = RunningMean(1000)
@@ -190,7 +193,7 @@ class DaskScheduler(Scheduler):
         for batch in batches:
             key = f"campaign-batch-{uuid.uuid4().hex}"
             with self._lock:  # known before its worker can tell of its start
-                self._batches[key] = Batch(batch)
+                self._batches[key] = Batch(batch, key)
             future = self.client.submit(self.run_batch, self._fn,
                                         [(t.task_id, t.attempt, t.item) for t in batch],
                                         key=key, pure=False, resources=self._resources)
@@ -208,10 +211,17 @@ class DaskScheduler(Scheduler):
             if batch is None or self._stopping:  # collected already, or not ours to report
                 return
             news = batch.heard(message)
-            if batch.running and batch.where is not None:
-                logger.debug("task %r has run %g s or more on dask worker %s (pid %s on %s)",
-                             batch.tasks[batch.reached].task_id, PROGRESS_INTERVAL,
-                             batch.where.worker, batch.where.pid, batch.where.host)
+            # the batch that runs in this message's worker thread, as far as heard (a batch may
+            # run again elsewhere: dask recomputes one whose result was lost with its worker)
+            slot, order = Batch.slot_of(message), float(message.get("order", 0.0))
+            if order >= self._latest.get(slot, (order,))[0]:
+                self._latest[slot] = (order, batch.key)
+            if batch.where is not None and (batch.running or len(batch.tasks) == 1):
+                logger.debug("task %r runs (%s) on dask worker %s (pid %s on %s)",
+                             batch.tasks[batch.reached].task_id,
+                             f"for {PROGRESS_INTERVAL:g} s or more" if batch.running
+                             else "alone in its batch", batch.where.worker, batch.where.pid,
+                             batch.where.host)
             if news and batch.where is not None:
                 started = self._started_events(news, batch.where, message["time"])
                 if started:
@@ -309,6 +319,13 @@ class DaskScheduler(Scheduler):
             return events
         if exc is None or isinstance(exc, CancelledError):
             logger.info("a dask batch of %d task(s) was cancelled; sending it again", len(tasks))
+            again.append((tasks, False))
+            return []
+        if batch.slot is not None and self._latest.get(batch.slot, (0, batch.key))[1] != batch.key:
+            # Its worker thread had started another batch since: this one had ended, and its
+            # outcomes were lost with the worker before dask heard of them.
+            logger.info("a dask batch of %d task(s) had ended before its worker was lost; its "
+                        "outcomes were lost with it: sending it again", len(tasks))
             again.append((tasks, False))
             return []
         lost, rest, alone = batch.lost()

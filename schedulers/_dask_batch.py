@@ -23,9 +23,10 @@ from ._usage import Meter
 
 logger = logging.getLogger(__name__)
 
-#: A batch tells the driver which task it starts before its first task (a batch of one task
-#: waits until the dask scheduler has that message), then, without waiting, before the first
-#: task that begins at least this many seconds after its last message. A task that has run this
+#: A batch tells the driver that it starts before its first task, and waits until the dask
+#: scheduler has that message (so a batch the driver heard nothing of had not started, and one
+#: that ran before it in the same worker thread had ended), then, without waiting, before the
+#: first task that begins at least this many seconds after its last message. A task that has run this
 #: long is reported running by a thread beside it, and the start of the next task then waits
 #: until the dask scheduler has its message: a task reported running is the one that runs until
 #: the next message.
@@ -76,10 +77,18 @@ class Batch:
     it started (once it said so), how far it got."""
 
     tasks: list[Task]
+    key: str = ""
     where: Placement | None = None
+    slot: tuple | None = None  # the worker thread that last said it runs it: (host, pid, thread)
     reached: int = -1  # the index of the last task known to have started
     at: float = 0.0  # when that task started
     running: bool = False  # that task was said to run: it runs until the batch says more
+
+    @staticmethod
+    def slot_of(message: dict[str, Any]) -> tuple:
+        """The worker thread a message comes from: ``(host, pid, thread)``."""
+        host, pid = message["where"][:2]
+        return host, pid, message.get("thread")
 
     def heard(self, message: dict[str, Any]) -> list[Task]:
         """Take in a message of the batch; return the tasks it newly says started."""
@@ -87,6 +96,7 @@ class Batch:
         if self.where is None:
             host, pid, worker, group = message["where"]
             self.where = Placement(host, pid, worker, None if group is None else tuple(group))
+        self.slot = self.slot_of(message)  # the latest (dask may run a batch again elsewhere)
         if index < self.reached or (index == self.reached and not running):
             return []
         news = self.tasks[self.reached + 1:index + 1]
@@ -101,20 +111,20 @@ class Batch:
         lost with the batch), and those to run again one per batch (any of them may have been
         the one running: so a task that kills its worker is found alone)."""
         tasks, reached = self.tasks, self.reached
-        if self.where is None and len(tasks) == 1:  # a batch of one says so before it starts
+        if self.where is None:  # a batch says so before its first task starts
             return None, tasks, []
-        if self.where is not None and (len(tasks) == 1 or self.running):
+        if len(tasks) == 1 or self.running:
             return tasks[reached], tasks[:reached] + tasks[reached + 1:], []
-        # Those before the last task known started had finished; from it on (from the first,
-        # when the batch had said nothing: its message may have been lost with the worker),
-        # any may have been running.
-        reached = max(reached, 0)
+        # Those before the last task known started had finished; from it on, any may have
+        # been running (the messages after it may have been lost with the worker).
         return None, tasks[:reached], tasks[reached:]
 
 
 class _Announcer:
-    """Sends ``{"key", "index", "time", "where", "running"}`` on the batch's topic: task
-    ``index`` starts (``running`` false) or has been running since ``time`` (true)."""
+    """Sends ``{"key", "index", "time", "where", "running", "thread", "order"}`` on the batch's
+    topic: task ``index`` starts (``running`` false) or has been running since ``time`` (true),
+    in worker thread ``thread``; ``order`` (the worker's monotonic clock when it was sent) orders
+    the messages of one worker process."""
 
     def __init__(self, topic: str | None, where: tuple):
         self.topic, self.where = topic or "", list(where)
@@ -127,6 +137,7 @@ class _Announcer:
         self._since = self._begun = 0.0  # since when (monotonic clock; wall clock)
         self._told = -1  # the last task reported running
         self._done = threading.Event()
+        self._thread = threading.get_ident()  # the worker thread that runs the batch
         if topic is None:
             return
         try:
@@ -139,7 +150,7 @@ class _Announcer:
 
     def _message(self, index: int, at: float, running: bool = False) -> dict[str, Any]:
         return {"key": self.key, "index": index, "time": at, "where": self.where,
-                "running": running}
+                "running": running, "thread": self._thread, "order": time.monotonic()}
 
     def _send(self, message: dict[str, Any], wait: bool) -> None:
         """With ``wait``, returns once the dask scheduler has the message, so that the driver
@@ -163,9 +174,9 @@ class _Announcer:
         if not self.active:
             return
         with self._lock:
-            wait = size == 1 or self._told == index - 1 >= 0  # its predecessor was told running
+            wait = index == 0 or self._told == index - 1  # the first, or after one told running
             self._current = -1
-        if index == 0 or wait or time.monotonic() - self.last >= PROGRESS_INTERVAL:
+        if wait or time.monotonic() - self.last >= PROGRESS_INTERVAL:
             self._send(self._message(index, time.time()), wait)
         if index == 0 and size > 1:
             threading.Thread(target=self._watch, name="campaign-batch-progress",

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import distributed
 import pytest
@@ -148,3 +149,57 @@ def test_clear_errors_for_bad_dask_options(ledger):
     with pytest.raises(ValueError, match="does not take timeout"):
         checkpointed_map(where, [{"task_id": "a", "x": 1}], ledger_path=ledger,
                          execution="dask", timeout=3)
+
+
+def test_a_lost_batch_whose_worker_thread_moved_on_blames_no_task():
+    """A batch that said "t1 starts", then the same worker thread said "t2 starts" in another
+    batch, and the worker died: the first batch had ended (its outcome was lost with the
+    worker), so t1 goes back to the queue unblamed, and t2, the one running, is lost."""
+    from schedulers import DaskScheduler
+    from schedulers._dask_batch import Batch
+    from schedulers._events import OutcomeKind, Task
+
+    sched = DaskScheduler(workers=1)
+    reported: list = []
+    sched.report = reported.extend
+    sched._stopping = False
+    where = ["vm", 4242, "0", None]
+    for n, (key, thread) in enumerate([("b1", 7), ("b2", 7), ("b3", 8)]):
+        sched._batches[key] = Batch([Task(f"t{n + 1}", {}, 1)], key)
+        sched._on_start((0.0, {"key": key, "index": 0, "time": float(n), "where": where,
+                               "running": False, "thread": thread, "order": float(n)}))
+    lost = distributed.KilledWorker("batch", SimpleNamespace(address="tls://127.0.0.1:1"), 0)
+    outcomes = {}
+    for key in ("b1", "b2", "b3"):
+        again: list = []
+        events = sched._lost(sched._batches.pop(key), "error", lost, again)
+        outcomes[key] = ([(e.task_id, e.kind) for e in events if hasattr(e, "kind")],
+                         [t.task_id for tasks, _ in again for t in tasks])
+    assert outcomes["b1"] == ([], ["t1"])  # ended: thread 7 started b2 after it
+    assert outcomes["b2"] == ([("t2", OutcomeKind.LOST)], [])  # thread 7's last: it ran
+    assert outcomes["b3"] == ([("t3", OutcomeKind.LOST)], [])  # another thread's last
+
+
+def test_a_lost_batch_blames_the_task_it_said_runs_and_only_it():
+    """What `Batch.lost` decides from the messages heard: a task said running is the one lost
+    and its batch-mates run again as usual; a task only said started leaves it open which one
+    ran, so it and those after it run again one per batch."""
+    from schedulers._dask_batch import Batch
+    from schedulers._events import Task
+
+    def batch(*messages):
+        b = Batch([Task(f"t{i}", {}, 1) for i in range(4)], "k")
+        for index, running in messages:
+            b.heard({"key": "k", "index": index, "time": float(index), "running": running,
+                     "where": ["vm", 1, "0", None], "thread": 1, "order": float(index)})
+        return b
+
+    def ids(tasks):
+        return [t.task_id for t in tasks]
+
+    lost, rest, alone = batch((0, False), (2, True)).lost()
+    assert lost.task_id == "t2" and ids(rest) == ["t0", "t1", "t3"] and alone == []
+    lost, rest, alone = batch((0, False), (2, True), (3, False)).lost()
+    assert lost is None and ids(rest) == ["t0", "t1", "t2"] and ids(alone) == ["t3"]
+    lost, rest, alone = batch().lost()  # nothing heard: it had not started
+    assert lost is None and ids(rest) == ["t0", "t1", "t2", "t3"] and alone == []
