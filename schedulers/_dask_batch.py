@@ -26,10 +26,10 @@ logger = logging.getLogger(__name__)
 #: A batch tells the driver that it starts before its first task, and waits until the dask
 #: scheduler has that message (so a batch the driver heard nothing of had not started, and one
 #: that ran before it in the same worker thread had ended), then, without waiting, before the
-#: first task that begins at least this many seconds after its last message. A task that has run this
-#: long is reported running by a thread beside it, and the start of the next task then waits
-#: until the dask scheduler has its message: a task reported running is the one that runs until
-#: the next message.
+#: first task that begins at least this many seconds after its last message. A task that has
+#: run this long is reported running by a thread beside it, and the start of the next task then
+#: waits until the dask scheduler has its message: a task reported running is the one that runs
+#: until the next message.
 PROGRESS_INTERVAL = 0.02
 
 #: Loaded functions kept per worker process (by digest of their pickle).
