@@ -6,7 +6,6 @@ import logging
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,13 @@ from schedulers import (
 
 from . import _records
 from ._campaign import Campaign, Progress
-from ._items import PreparedItem, prepare_items
+from ._items import PreparedItems, prepare_items
 from ._ledger import Ledger
 from ._plan import nothing_to_run, plan
 from ._policy import Limits, settle, stopped
 from ._signals import sigint_ignored, signals_raise
 from ._status import ACCEPTED, RUNNING, RunStatus
+from ._taskqueue import Entry, TaskQueue
 
 logger = logging.getLogger(__name__)
 
@@ -134,18 +134,18 @@ def _checked(fn: Any, retries: int, max_interruptions: int, execution: str | Sch
 class _Run:
     """One call of `checkpointed_map`: plans the tasks, dispatches them, records outcomes."""
 
-    def __init__(self, fn: Callable[[Any], Any], prepared: list[PreparedItem], ledger: Ledger,
+    def __init__(self, fn: Callable[[Any], Any], items: PreparedItems, ledger: Ledger,
                  scheduler: Scheduler, limits: Limits,
                  progress: Callable[[Progress], None] | None):
         self.fn = fn
-        self.prepared = {p.task_id: p for p in prepared}
+        self.items = items  # an item's entry is released once its task needs it no more
         self.ledger = ledger
         self.scheduler = scheduler
         self.limits = limits
         self.progress = progress
         self.cond = threading.Condition()
-        self.queue: deque[Task] = deque()
-        self.inflight: dict[str, Task] = {}  # submitted to the scheduler, no outcome yet
+        self.queue = TaskQueue(items, ())
+        self.inflight: dict[str, Entry] = {}  # submitted to the scheduler, no outcome yet
         self.running: set[str] = set()  # of those, the ones that started
         self.tries: dict[str, int] = {}  # this run's attempts that ended in a result or error
         self.lost: dict[str, int] = {}  # this run's attempts lost by the infrastructure
@@ -167,15 +167,17 @@ class _Run:
             self._abandon(exc)
             raise
         ledger.close(RunStatus.FINISHED)
-        return Campaign.from_records(ledger.path, list(self.prepared), ledger.tasks, self.refused,
+        return Campaign.from_records(ledger.path, self.items.task_ids, ledger.tasks, self.refused,
                                      ledger_writes=ledger.commits,
                                      ledger_bytes_written=ledger.bytes_written,
                                      kept=self.kept, ran=len(self.tries.keys() | self.lost.keys()),
                                      elapsed=time.monotonic() - self.begun)
 
     def _plan(self) -> None:
-        planned = plan(self.ledger, list(self.prepared.values()))
-        self.queue.extend(Task(p.task_id, p.item, 0) for p in planned.to_run)
+        planned = plan(self.ledger, self.items)
+        to_run = planned.to_run.indices
+        self.items.keep_only(to_run)  # the kept and refused items are not needed again
+        self.queue = TaskQueue(self.items, to_run)
         self.refused = planned.refused
         self.counts["accepted"] = self.kept = planned.kept
 
@@ -199,9 +201,9 @@ class _Run:
                     self.taken_back = not writable
                     batch = []
                     while writable and queue and len(inflight) < scheduler.slots:
-                        task = queue.popleft()
-                        inflight[task.task_id] = task
-                        batch.append(task)
+                        entry = queue.popleft()
+                        inflight[entry[1].task_id] = entry
+                        batch.append(entry[1])
                 if not writable:  # the tasks handed out but not started come back (TakenBack)
                     scheduler.take_back()
                     continue
@@ -236,11 +238,11 @@ class _Run:
                              close_error)
 
     # ------------------------------------------------------------------ events
-    def _record(self, tid: str) -> dict[str, Any]:
+    def _record(self, tid: str, index: int) -> dict[str, Any]:
         rec = self.ledger.tasks.get(tid)
         if rec is None:  # removed by another process (campaign forget) while we ran
-            p = self.prepared[tid]
-            rec = _records.new_record(p.stored, p.fingerprint)
+            items = self.items
+            rec = _records.new_record(items.stored(index), items.fingerprint(index))
         return rec
 
     def _report(self, events: Event | list[Event]) -> None:
@@ -248,9 +250,7 @@ class _Run:
         with self.cond:
             for event in events if type(events) is list else (events,):
                 if type(event) is Started:
-                    self.running.add(event.task_id)
-                    self.ledger.put(event.task_id, _records.started(
-                        self._record(event.task_id), at=event.time, **_where(event.placement)))
+                    self._started(event)
                 elif type(event) is Outcome:
                     self._finish(event)
                     finished = True
@@ -263,27 +263,39 @@ class _Run:
         if self.progress is not None:
             self.progress(self._progress())
 
+    def _started(self, event: Started) -> None:
+        tid = event.task_id
+        entry = self.inflight.get(tid)
+        if entry is None:
+            logger.warning("ignoring the start of a task that was not handed out: %r", tid)
+            return
+        self.running.add(tid)
+        self.ledger.put(tid, _records.started(self._record(tid, entry[0]), at=event.time,
+                                              **_where(event.placement)))
+
     def _taken_back(self, event: TakenBack) -> None:
         """The scheduler gave back a task that never started: not an attempt; it goes back to
         the front of the queue, its record as it was."""
-        task = self.inflight.pop(event.task_id, None)
-        if task is None:
+        entry = self.inflight.pop(event.task_id, None)
+        if entry is None:
             logger.warning("ignoring a task given back that was not handed out: %r",
                            event.task_id)
             return
-        self.queue.appendleft(task)
+        self.queue.appendleft(entry)
 
     def _finish(self, out: Outcome) -> None:
         tid = out.task_id
         self.running.discard(tid)
-        task = self.inflight.pop(tid, None)
-        if task is None:
+        entry = self.inflight.pop(tid, None)
+        if entry is None:
             logger.warning("ignoring a second outcome for task %r", tid)
             return
-        rec = self._record(tid)
+        index, task = entry
+        rec = self._record(tid, index)
         if rec["status"] == ACCEPTED:  # another process accepted it meanwhile: that result stays
             self.counts["done"] += 1
             self.counts["accepted"] += 1
+            self.items.release(index)
             return
         tries, lost = self.tries.get(tid, 0), self.lost.get(tid, 0)
         if out.kind is OutcomeKind.LOST:
@@ -296,15 +308,16 @@ class _Run:
         new, again = decision.record, decision.again
         self.ledger.put(tid, new)
         if again:
-            self.queue.append(Task(tid, task.item, task.attempt + 1))
+            self.queue.append((index, Task(tid, task.item, task.attempt + 1)))
         else:
+            self.items.release(index)
             self.counts["done"] += 1
             self.counts["accepted" if new["status"] == ACCEPTED else "failed"] += 1
 
     def _progress(self) -> Progress:
         with self.cond:
             accepted, failed = self.counts["accepted"], self.counts["failed"]
-            total = len(self.prepared)
+            total = len(self.items)
             refused = len(self.refused)
             return Progress(total, accepted, failed, refused, len(self.running),
                             total - accepted - failed - refused - len(self.running),

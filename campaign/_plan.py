@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from . import _document, _records
 from ._array import overlay
 from ._campaign import Campaign, refused_message
 from ._errors import LedgerError
-from ._items import PreparedItem
+from ._items import ItemSelection, PreparedItems
 from ._journal import journal_path
 from ._jsonvalue import changed_fields
 from ._ledger import Ledger
@@ -29,9 +30,9 @@ REFUSED_LISTED = 1000
 
 @dataclass
 class Plan:
-    """What a run does with each item."""
+    """What a run does with each item: ``to_run`` the items whose tasks run, in item order."""
 
-    to_run: list[PreparedItem] = field(default_factory=list)
+    to_run: ItemSelection
     kept: int = 0
     refused: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
@@ -41,7 +42,7 @@ def never_started(rec: dict[str, Any]) -> bool:
     return rec["status"] == PENDING and not rec.get("attempts") and rec.get("result") is None
 
 
-def compare(tasks: Mapping[str, dict[str, Any]], prepared: list[PreparedItem]
+def compare(tasks: Mapping[str, dict[str, Any]], prepared: PreparedItems
             ) -> tuple[Plan, RecordStore]:
     """What a run does with each item, given the ledger's records; reads only.
 
@@ -50,32 +51,36 @@ def compare(tasks: Mapping[str, dict[str, Any]], prepared: list[PreparedItem]
     never started whose item changed (it has no result to protect, so it takes the new item
     and its fingerprint).
     """
-    out = Plan()
+    refused: dict[str, list[dict[str, Any]]] = {}
+    kept = 0
+    to_run = array("q")  # item indices: 8 bytes a task
     new = RecordStore()
-    for p in prepared:
-        rec = tasks.get(p.task_id)
+    for index, tid in enumerate(prepared.task_ids):
+        rec = tasks.get(tid)
         if rec is None:
-            new.add(p.task_id, _records.new_record(p.stored, p.fingerprint))
-        elif rec["fingerprint"] != p.fingerprint:
+            new.add(tid, _records.new_record(prepared.stored_json(index),
+                                             prepared.fingerprint(index)))
+        elif rec["fingerprint"] != prepared.fingerprint(index):
             if not never_started(rec):
-                out.refused[p.task_id] = changed_fields(rec["item"], p.stored)
+                refused[tid] = changed_fields(rec["item"], prepared.stored(index))
                 continue
-            new.add(p.task_id, _records.new_record(p.stored, p.fingerprint))
+            new.add(tid, _records.new_record(prepared.stored_json(index),
+                                             prepared.fingerprint(index)))
         elif rec["status"] == ACCEPTED:
-            out.kept += 1
+            kept += 1
             continue
-        out.to_run.append(p)
-    return out, new
+        to_run.append(index)
+    return Plan(ItemSelection(prepared, to_run), kept, refused), new
 
 
-def plan(ledger: Ledger, prepared: list[PreparedItem]) -> Plan:
+def plan(ledger: Ledger, prepared: PreparedItems) -> Plan:
     """Compare the items with the ledger's records (`compare`), record the new tasks as
     pending, put the ledger in item order, note the refusals in this run's entry, and flush."""
     out, new = compare(ledger.tasks, prepared)
     listed = [{"task_id": tid, "changed": changed}
               for tid, changed in list(out.refused.items())[:REFUSED_LISTED]]
     ledger.put_many(new)
-    ledger.order([p.task_id for p in prepared])
+    ledger.order(prepared.task_ids)
     ledger.set_run(total=len(prepared), refused=listed, refused_count=len(out.refused))
     if out.to_run:  # the new tasks are durable before any of them starts
         ledger.flush()
@@ -86,7 +91,7 @@ def plan(ledger: Ledger, prepared: list[PreparedItem]) -> Plan:
     return out
 
 
-def nothing_to_run(path: str | os.PathLike[str], prepared: list[PreparedItem]) -> Campaign | None:
+def nothing_to_run(path: str | os.PathLike[str], prepared: PreparedItems) -> Campaign | None:
     """The campaign as the ledger holds it when every item is accepted there with the same
     fingerprint (a finished campaign resumed), else None.
 
@@ -100,9 +105,10 @@ def nothing_to_run(path: str | os.PathLike[str], prepared: list[PreparedItem]) -
         return None
     doc, state = _document.load(path)
     tasks = overlay(doc, path)["tasks"]
-    for p in prepared:
-        rec = tasks.get(p.task_id)
-        if rec is None or rec["status"] != ACCEPTED or rec["fingerprint"] != p.fingerprint:
+    for index, tid in enumerate(prepared.task_ids):
+        rec = tasks.get(tid)
+        if rec is None or rec["status"] != ACCEPTED or rec["fingerprint"] != \
+                prepared.fingerprint(index):
             return None
     if journal_path(path).exists():  # a killed driver's journal: the file alone holds it all
         try:
@@ -110,7 +116,7 @@ def nothing_to_run(path: str | os.PathLike[str], prepared: list[PreparedItem]) -
         except (LedgerError, OSError) as exc:  # it stays on disk, in the file and journal
             logger.warning("%s", exc)
     logger.info("%s", _kept_line(path, len(prepared), len(prepared), 0, 0))
-    return Campaign.from_records(path, [p.task_id for p in prepared], tasks, {},
+    return Campaign.from_records(path, prepared.task_ids, tasks, {},
                                  kept=len(prepared), ran=0, elapsed=time.monotonic() - begun)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import _document
 from ._errors import DriverBusyError
-from ._items import PreparedItem, prepare_items
+from ._items import PreparedItems, prepare_items
 from ._leases import live_leases
 from ._ledger import Ledger
 from ._plan import Plan, compare, plan
@@ -46,7 +46,7 @@ class PlannedSubmission:
     ledger: Path
     plan: Plan
     resume: bool
-    prepared: list[PreparedItem] = field(repr=False)
+    prepared: PreparedItems = field(repr=False)
     _driver: Ledger = field(repr=False)
 
     def record(self, job: str | None = None) -> Submission:
