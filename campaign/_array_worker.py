@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import filelock
 import orjson
 
 from schedulers import ErrorInfo, OutcomeKind
@@ -124,7 +125,7 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
                 tasks[tid] = claims.run(rec, tid, lease)
                 beat.lease = None
                 if time.monotonic() - last_merge > merge_every:
-                    _merge(ledger)
+                    _merge(ledger, wait=False)
                     last_merge = time.monotonic()
             if waiting and len(waiting) == len(left):  # nothing claimable now: wait a little
                 time.sleep(min(lease_seconds / 4, 2.0))
@@ -140,11 +141,29 @@ def _finish(summary: WorkerSummary, stop: Stop, ledger: Path) -> WorkerSummary:
     return summary
 
 
-def _merge(ledger: Path) -> None:
+def _merge(ledger: Path, *, wait: bool = True) -> None:
+    """Merge the fragments into the ledger. ``wait=False`` (the merges between tasks): not
+    while another process holds the ledger's lock; it is merging, and that merge or a later one
+    (at the latest this worker's last, which waits) applies ours. Many workers waiting on the
+    lock would spend their time polling it instead of running tasks."""
+    if not wait and _lock_busy(ledger):
+        return
     try:
         merge_fragments(ledger)
     except Exception as exc:  # noqa: BLE001 -- the fragments stay; a later merge applies them
         logger.warning("merging fragments into %s failed (%s); they stay for later", ledger, exc)
+
+
+def _lock_busy(ledger: Path) -> bool:
+    probe = _document.file_lock(ledger)
+    try:
+        probe.acquire(blocking=False)
+    except filelock.Timeout:
+        return True
+    except OSError:
+        return False  # the merge reports it
+    probe.release()
+    return False
 
 
 @dataclass

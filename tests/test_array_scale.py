@@ -3,8 +3,10 @@
 20 `campaign worker` claim loops (`campaign._array_worker.run_worker` with a function that only
 notes the task it was given) over one submission of 2,000 zero-time tasks, as threads of one process
 and as separate processes. Every task runs exactly once and, once the fragments are merged,
-the ledger holds every task accepted after one attempt. benchmarks/scale.py measures the same
-at 200 claimers x 100,000 tasks (claims per second, merge time); nothing here is timed.
+the ledger holds every task accepted after one attempt. A worker keeps running tasks while
+another process holds the ledger's lock (merging): its merges between tasks do not wait for it.
+benchmarks/array_claims.py measures the same at 200 claimers (claims per second, merge time,
+files per directory, lease renewals per second); nothing here is timed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from testkit import PYTHON, child_env
+from testkit import PYTHON, child_env, wait_until
 
 from campaign import read_ledger
 from campaign._array_worker import run_worker
@@ -101,3 +103,53 @@ def test_claimers_in_processes_run_each_task_once(tmp_path):
         assert proc.returncode == 0, err
     ran = [tid for out in outs for tid in orjson.loads(out.read_bytes())]
     assert_each_ran_once(ledger, ran)
+
+
+_HOLDER = """
+import sys
+from campaign import _document
+lock = _document.file_lock(sys.argv[1])
+lock.acquire()
+print("held", flush=True)
+sys.stdin.read()  # until the test closes our stdin
+lock.release()
+"""
+
+_MARKING = """
+import sys
+from pathlib import Path
+from campaign._array_worker import run_worker
+ledger, submission, marks = sys.argv[1:4]
+def note(item):
+    (Path(marks) / item["task_id"]).touch(exist_ok=False)  # a second run raises
+    return {"ok": True}
+owner = {"worker": "m", "job": None, "array_task": None, "host": "here", "pid": 0}
+run_worker(note, Path(ledger), submission, owner=owner, merge_every=0.0)
+"""
+
+
+def test_a_worker_runs_its_tasks_while_another_holds_the_ledger_lock(tmp_path):
+    """A merge between tasks skips a lock that another worker holds (it is merging), instead
+    of stopping the claim loop until the lock comes free (200 workers did little else)."""
+    ledger = tmp_path / "ledger.json"
+    sub = prepare_submission([{"task_id": f"t{i:02d}", "x": i} for i in range(40)],
+                             ledger_path=ledger)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    holder = subprocess.Popen([PYTHON, "-c", _HOLDER, str(ledger)], env=child_env(),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        worker = subprocess.Popen([PYTHON, "-c", _MARKING, str(ledger), sub.id, str(marks)],
+                                  env=child_env(), stderr=subprocess.PIPE, text=True)
+        wait_until(lambda: len(list(marks.iterdir())) == 40,
+                   "the worker to run all 40 tasks while the ledger's lock is held")
+    finally:
+        holder.communicate("", timeout=60)  # release the lock
+        if worker is not None:
+            _, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err
+    tasks = read_ledger(ledger)["tasks"]  # the last merge wrote every outcome
+    assert {(rec["status"], rec["attempts"]) for rec in tasks.values()} == {("accepted", 1)}
+    assert sorted(p.name for p in marks.iterdir()) == sorted(tasks)
