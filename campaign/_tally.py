@@ -8,7 +8,9 @@ record is kept. `SubmissionTally` counts what a `campaign submit` run's job arra
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import compress
+from operator import and_
 from pathlib import Path
 from typing import Any
 
@@ -215,17 +217,28 @@ class SubmissionTally:
         self.done = 0
         self.ended_by: dict[str, int] = {}
 
-    def add(self, tasks: dict[str, Any]) -> None:
-        wanted, since, job = self.wanted, self.since, self.job
-        for tid, rec in tasks.items():
-            if wanted is not None and tid not in wanted:
-                continue
-            if rec["status"] not in _ENDED or (rec.get("ended") or 0.0) < since:
-                continue
-            self.done += 1
-            worker = rec.get("worker")
-            if worker and (job is None or worker.startswith(f"{job}_")):
-                self.ended_by[worker] = self.ended_by.get(worker, 0) + 1
+    def add(self, tasks: dict[str, Any], cols: Columns | None = None) -> None:
+        """Count the tasks of ``tasks`` (one chunk, whose `Columns` are ``cols``) that ended
+        in this submission, by their array element: C-level operations over the columns."""
+        if cols is None:
+            cols = columns(list(tasks.values()))
+        f = cols.fields
+        if not len(cols) or not (cols.counts[ACCEPTED] or cols.counts[FAILED]):
+            return
+        keep = map(_ENDED.__contains__, f["status"])
+        if self.wanted is not None:
+            keep = map(and_, keep, map(self.wanted.__contains__, tasks))
+        chosen = list(compress(range(len(cols)), keep))
+        ended = list(map(f["ended"].__getitem__, chosen))
+        if None in ended:  # no end recorded (a file made by hand): counted as 0.0
+            ended = [e or 0.0 for e in ended]
+        chosen = list(compress(chosen, map(self.since.__le__, ended)))
+        self.done += len(chosen)
+        prefix = None if self.job is None else f"{self.job}_"
+        ended_by = self.ended_by
+        for worker, n in Counter(map(f["worker"].__getitem__, chosen)).items():
+            if worker and (prefix is None or worker.startswith(prefix)):
+                ended_by[worker] = ended_by.get(worker, 0) + n
 
     def facts(self, leases: list[dict[str, Any]],
               states: dict[str, str] | None) -> dict[str, Any]:

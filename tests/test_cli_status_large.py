@@ -263,3 +263,64 @@ def test_the_tally_of_columns_counts_as_record_by_record(tmp_path):
     assert facts[0]["counts"] == counts and facts[0]["total"] == len(tasks)
     assert facts[0]["attempts"]["total"] == sum(r["attempts"] for _, r in tasks)
     assert len(facts[0]["running"]) == counts["running"]
+
+
+def _odd_submitted_ledger(tmp_path):
+    """A submitted run's ledger with every status, failures and odd-but-valid records (no end
+    recorded, integer times, workers of another job or none, keys the tables do not list), and
+    the task list of the submission (every task but the first ten)."""
+    from campaign import _document
+    from campaign._workdir import write_task_list
+
+    ledger = _small_ledger(tmp_path, 2500)
+    doc = json.loads(ledger.read_bytes())
+    ids = list(doc["tasks"])
+    started = doc["runs"][-1]["started"]
+    doc["runs"][-1].update(status="submitted", submission="sub1", job="77", to_run=len(ids) - 10)
+    for i, tid in enumerate(ids):
+        rec = doc["tasks"][tid]
+        if rec["status"] in ("accepted", "failed"):
+            rec["worker"] = (f"77_{i % 5}", f"78_{i % 3}", None, "")[i % 4]
+        if i % 50 == 0 and rec["status"] == "accepted":
+            rec["ended"] = None  # a file made by hand: no end recorded
+        elif i % 50 == 1 and rec["status"] in ("accepted", "failed"):
+            rec["ended"] = int(started) + (1 if i % 100 == 1 else -1)
+        if i % 70 == 2:
+            rec["note"] = {"by": "hand"}
+    ledger.write_bytes(_document.dumps(doc))
+    write_task_list(ledger, "sub1", ids[10:])
+    return ledger
+
+
+def test_streamed_submission_facts_match_a_plain_count_of_json_load(tmp_path):
+    """What `campaign status` counts as the ledger streams by in small chunks (the tally over
+    columns, the submission's tasks by array element) equals a plain count over `json.load`'s
+    records, one record at a time."""
+    from campaign._cli._status import summarize
+    from campaign._scan import scan_columns
+    from campaign._tally import SubmissionTally, Tally
+
+    ledger = _odd_submitted_ledger(tmp_path)
+    with open(ledger) as fh:
+        doc = json.load(fh)
+    now = doc["updated"] + 5.0
+    head, blocks, _ = scan_columns(ledger, block=8 << 10)
+    tally, sub = Tally(head["runs"], now), SubmissionTally(ledger, head["runs"][-1])
+    chunks = 0
+    for chunk, cols in blocks:
+        tally.add(chunk, cols)
+        sub.add(chunk, cols)
+        chunks += 1
+    assert chunks > 20  # it did stream
+    assert tally.facts(head, "x") == summarize(doc, "x", now)
+    since, wanted = doc["runs"][-1]["started"], set(list(doc["tasks"])[10:])
+    done, by = 0, {}
+    for tid, rec in doc["tasks"].items():
+        if tid in wanted and rec["status"] in ("accepted", "failed") \
+                and (rec["ended"] or 0.0) >= since:
+            done += 1
+            if rec["worker"] and rec["worker"].startswith("77_"):
+                by[rec["worker"]] = by.get(rec["worker"], 0) + 1
+    got = sub.facts([], None)
+    assert got["done"] == done > 0 and got["to_run"] == len(wanted)
+    assert {k: e["ended_tasks"] for k, e in got["elements"].items()} == by and len(by) == 5

@@ -63,7 +63,7 @@ def status_command(ledger: Path, as_json: bool, tasks_of: str | None) -> int:
         for chunk, cols in blocks:
             tally.add(chunk, cols)
             if sub is not None:
-                sub.add(chunk)
+                sub.add(chunk, cols)
     finally:
         gc.enable()
     states = job_array_states(last.get("job")) if submitted else None
