@@ -4,7 +4,8 @@ fragments.
 Each element of a Slurm job array runs one worker. Workers share nothing but the ledger's folder:
 a task is claimed by creating its lease file (campaign/_leases.py), run, recorded in a fragment
 file (campaign/_workdir.py), marked done and released; fragments are merged into the ledger every
-few seconds and at the end. SIGUSR1 (sent by Slurm ``--signal`` before the time limit) and
+few seconds (skipped while another worker merges) and at the end (unless another worker's merge
+has already applied them). SIGUSR1 (sent by Slurm ``--signal`` before the time limit) and
 SIGTERM (the limit itself, ``scancel``) stop the worker after recording its running task as
 interrupted and releasing it.
 """
@@ -13,10 +14,11 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +111,7 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
             waiting = []
             for tid in left:
                 if stop.signum is not None or (max_tasks is not None and summary.ran >= max_tasks):
-                    return _finish(summary, stop, ledger)
+                    return _finish(claims, stop, ledger)
                 lease = claims.leases.claim(tid, owner)
                 if lease is None:
                     if not claims.leases.work.is_done(tid):
@@ -130,12 +132,13 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
             if waiting and len(waiting) == len(left):  # nothing claimable now: wait a little
                 time.sleep(min(lease_seconds / 4, 2.0))
             left = waiting
-    return _finish(summary, stop, ledger)
+    return _finish(claims, stop, ledger)
 
 
-def _finish(summary: WorkerSummary, stop: Stop, ledger: Path) -> WorkerSummary:
+def _finish(claims: _Claims, stop: Stop, ledger: Path) -> WorkerSummary:
+    summary = claims.summary
     summary.stopped_by = stop.signum
-    _merge(ledger)
+    _last_merge(ledger, claims.written)
     logger.info("worker stops: ran %d (%d accepted, %d failed, %d interrupted)", summary.ran,
                 summary.accepted, summary.failed, summary.interrupted)
     return summary
@@ -152,6 +155,22 @@ def _merge(ledger: Path, *, wait: bool = True) -> None:
         merge_fragments(ledger)
     except Exception as exc:  # noqa: BLE001 -- the fragments stay; a later merge applies them
         logger.warning("merging fragments into %s failed (%s); they stay for later", ledger, exc)
+
+
+def _last_merge(ledger: Path, written: list[Path]) -> None:
+    """Merge until this worker's fragments are in the ledger: done once each of them is gone
+    (a merge removes a fragment only when the ledger holds its records) or once we merged
+    ourselves. While another process holds the lock, look again a little later rather than
+    queue on it: workers that end together then share two or three merges, not one each."""
+    deadline = time.monotonic() + _document.LOCK_TIMEOUT
+    while written:
+        written[:] = [path for path in written if path.exists()]
+        if not written:
+            return
+        if time.monotonic() > deadline or not _lock_busy(ledger):
+            _merge(ledger)
+            return
+        time.sleep(random.uniform(0.05, 0.5))
 
 
 def _lock_busy(ledger: Path) -> bool:
@@ -175,6 +194,10 @@ class _Claims:
     owner: dict[str, Any]
     limits: Limits
     summary: WorkerSummary
+    written: list[Path] = field(default_factory=list)  # our fragments
+
+    def fragment(self, tid: str, rec: dict[str, Any]) -> None:
+        self.written.append(self.leases.work.write_fragment({tid: rec}, self.owner))
 
     def lost(self, tid: str, rec: dict[str, Any], lease: dict[str, Any]) -> dict[str, Any] | None:
         """The task's previous holder died (its lease expired): record that attempt
@@ -189,7 +212,7 @@ class _Claims:
         lost = work.lost(tid) + 1
         decision = settle(begun, OutcomeKind.LOST, limits=self.limits, tries=0, lost=lost, at=at,
                           error=error)
-        work.write_fragment({tid: decision.record}, self.owner)
+        self.fragment(tid, decision.record)
         work.set_lost(tid, lost)  # after the fragment: a crash in between never over-counts
         if decision.again:
             return decision.record
@@ -199,7 +222,7 @@ class _Claims:
 
     def run(self, rec: dict[str, Any], tid: str, lease: dict[str, Any]) -> dict[str, Any]:
         """Run a claimed task (again at once while ``retries`` allow), record it, release it."""
-        owner, work, summary = self.owner, self.leases.work, self.summary
+        owner, summary = self.owner, self.summary
         where = {"host": owner["host"], "pid": owner["pid"], "worker": owner["worker"],
                  "device_group": None}
         tries = 0
@@ -215,7 +238,7 @@ class _Claims:
             except Interrupted as exc:
                 new = stopped(begun, at=time.time(), error=ErrorInfo(
                     "Interrupted", f"{exc}; the task was released for another worker"))
-                work.write_fragment({tid: new}, owner)
+                self.fragment(tid, new)
                 self.leases.release(lease, done=False)
                 summary.interrupted += 1
                 raise
@@ -229,7 +252,7 @@ class _Claims:
             rec = decision.record
             if decision.again:
                 continue
-            work.write_fragment({tid: rec}, owner)
+            self.fragment(tid, rec)
             accepted = decision.status == ACCEPTED
             self.leases.release(lease, done=True, accepted=accepted)
             if accepted:
