@@ -176,9 +176,11 @@ STARTED: list[subprocess.Popen] = []
 def start(ledger: Path, log: Path, execution: str) -> subprocess.Popen:
     # its own process group: whatever it leaves behind is killed with it (a worker of
     # ``processes`` leads a group of its own and must die by itself)
-    proc = subprocess.Popen([PYTHON, str(CHILD), str(ledger), str(log), str(TASKS[execution]),
-                             execution], env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    with open(ledger.with_name("drivers.err"), "ab") as err:  # what every driver said, in turn
+        proc = subprocess.Popen([PYTHON, str(CHILD), str(ledger), str(log),
+                                 str(TASKS[execution]), execution], env=child_env(),
+                                stdout=subprocess.PIPE, stderr=err, text=True,
+                                start_new_session=True)
     STARTED.append(proc)
     return proc
 
@@ -191,6 +193,11 @@ def drivers_ended():
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def said(ledger: Path) -> str:
+    """The end of what the drivers of ``ledger`` wrote to stderr."""
+    return ledger.with_name("drivers.err").read_text(errors="replace")[-3000:]
 
 
 def ready(proc: subprocess.Popen) -> subprocess.Popen:
@@ -247,7 +254,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution, drivers_en
                         f"{kills} kills, none at the moment {aim!r}, even aimed at it: {landed}"
                 if not wait_to_kill(proc, log, execution, rng, aim):
                     proc.wait()
-                    assert proc.returncode == 0, proc.returncode
+                    assert proc.returncode == 0, (proc.returncode, said(ledger))
                     finished = True
                     break
                 share = DRIVER_SHARE[execution]
@@ -270,7 +277,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution, drivers_en
                     landed[moment] += seen(folder)
                 break
             if not finished and proc.returncode is None:  # left to finish unharmed
-                assert proc.wait(timeout=PATIENCE) == 0, proc.returncode
+                assert proc.wait(timeout=PATIENCE) == 0, (proc.returncode, said(ledger))
                 finished = True
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -285,7 +292,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution, drivers_en
             if kills >= kills_wanted and all(landed.values()) and not finished:  # unharmed
                 before = set(accepted)
                 proc = ready(start(ledger, log, execution))
-                assert proc.wait(timeout=PATIENCE) == 0, proc.returncode
+                assert proc.wait(timeout=PATIENCE) == 0, (proc.returncode, said(ledger))
                 assert proc.stdout is not None
                 proc.stdout.close()
                 check(ledger, log, accepted, proc.pid, before, tally)
