@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from . import _document, _records
-from ._array import overlay
+from ._array import fragment_files, overlay
 from ._campaign import Campaign, refused_message
 from ._errors import LedgerError
 from ._items import ItemSelection, PreparedItems
 from ._journal import journal_path
 from ._jsonvalue import changed_fields
 from ._ledger import Ledger
+from ._scan import Scan
 from ._status import ACCEPTED, PENDING
 from ._store import RecordStore
 
@@ -103,6 +104,21 @@ def nothing_to_run(path: str | os.PathLike[str], prepared: PreparedItems) -> Cam
     path = Path(path)
     if not path.exists():
         return None
+    if journal_path(path).exists() or fragment_files(path):
+        tasks = _accepted_loaded(path, prepared)
+    else:  # the common case, a finished ledger: read a block at a time
+        tasks = _accepted_scanned(path, prepared)
+    if tasks is None:
+        return None
+    logger.info("%s", _kept_line(path, len(prepared), len(prepared), 0, 0))
+    return Campaign.from_records(path, prepared.task_ids, tasks, {},
+                                 kept=len(prepared), ran=0, elapsed=time.monotonic() - begun)
+
+
+def _accepted_loaded(path: Path, prepared: PreparedItems) -> Mapping[str, Any] | None:
+    """`nothing_to_run`'s records from the whole document (the journal and the array
+    fragments merged), the journal then compacted into the file; None if an item is not
+    accepted with its fingerprint."""
     doc, state = _document.load(path)
     tasks = overlay(doc, path)["tasks"]
     for index, tid in enumerate(prepared.task_ids):
@@ -115,9 +131,39 @@ def nothing_to_run(path: str | os.PathLike[str], prepared: PreparedItems) -> Cam
             _document.compact(path, doc, state)
         except (LedgerError, OSError) as exc:  # it stays on disk, in the file and journal
             logger.warning("%s", exc)
-    logger.info("%s", _kept_line(path, len(prepared), len(prepared), 0, 0))
-    return Campaign.from_records(path, prepared.task_ids, tasks, {},
-                                 kept=len(prepared), ran=0, elapsed=time.monotonic() - begun)
+    return tasks
+
+
+def _accepted_scanned(path: Path, prepared: PreparedItems) -> RecordStore | None:
+    """`nothing_to_run`'s records, read a block at a time (`campaign._scan.Scan`, checked as
+    `campaign.read_ledger` checks them) and kept as their bytes, the items' tasks only; None
+    as soon as one is not accepted with its item's fingerprint, or if one is missing."""
+    ids = prepared.task_ids
+    found = bytearray(len(ids))
+    where: dict[str, int] | None = None  # built only if the file is not in item order
+    following = 0
+    store = RecordStore()
+    scan = Scan(path)
+    try:
+        for chunk in scan.chunks():
+            for tid, rec in chunk.items():
+                if following < len(ids) and ids[following] == tid:
+                    index = following
+                else:
+                    if where is None:
+                        where = {t: i for i, t in enumerate(ids)}
+                    at = where.get(tid)
+                    if at is None:
+                        continue  # a task of the ledger that is not among the items
+                    index = at
+                if rec["status"] != ACCEPTED or rec["fingerprint"] != \
+                        prepared.fingerprint(index):
+                    return None
+                following, found[index] = index + 1, 1
+                store.add(ids[index], rec)
+    finally:
+        scan.close()
+    return store if found.count(0) == 0 else None
 
 
 def _kept_line(path: Any, total: int, kept: int, to_run: int, refused: int) -> str:

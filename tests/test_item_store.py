@@ -132,3 +132,23 @@ def test_a_retried_task_runs_again_after_the_others(ledger):
     assert camp.complete and calls == ["a", "b", "c", "b"]
     assert [r["v"] for r in camp.results] == [0, 1, 2]
     assert read_ledger(ledger)["tasks"]["b"]["attempts"] == 2
+
+
+def test_a_finished_ledger_resumed_in_another_order_or_in_part_runs_nothing(ledger):
+    items: list[dict[str, Any]] = [{"task_id": f"t{i}", "v": i} for i in range(50)]
+    first = checkpointed_map(lambda it: {"w": it["v"] * 2}, items, ledger_path=ledger)
+    written = ledger.read_bytes()
+
+    def never(item: Mapping[str, Any]) -> dict[str, Any]:
+        raise AssertionError("nothing is to run")
+
+    for again in (items[::-1], items[10:20], items[:1]):
+        camp = checkpointed_map(never, again, ledger_path=ledger)
+        assert camp.task_ids == tuple(it["task_id"] for it in again)
+        assert list(camp.results) == [{"w": it["v"] * 2} for it in again]
+        assert (camp.kept, camp.ran) == (len(again), 0)
+        assert all(camp.records[t] == first.records[t] for t in camp.task_ids)
+        assert ledger.read_bytes() == written
+    changed = [dict(items[0], v=-1), *items[1:]]
+    camp = checkpointed_map(never, changed, ledger_path=ledger)
+    assert camp.refused == ("t0",) and camp.kept == 49 and camp.ran == 0
