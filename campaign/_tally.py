@@ -81,15 +81,21 @@ class Tally:
             ended, started = list(compress(f["ended"], mask)), list(compress(f["started"], mask))
         if None in ended:  # no end recorded (a file made by hand): counted as 0.0
             ended = [e or 0.0 for e in ended]
-        in_run = list(map(since.__le__, ended))
-        count = sum(in_run)
-        if not count:
+        # a chunk's ends are mostly all in this run, and all or none recent: passes over them
+        # only where its earliest and latest end do not decide it
+        lo, last_end = min(ended), max(ended)
+        if last_end < since:
             return
-        if count < len(ended):
+        count = len(ended)
+        if lo < since:
+            in_run = list(map(since.__le__, ended))
+            count = sum(in_run)
             ended, started = list(compress(ended, in_run)), list(compress(started, in_run))
+            lo = min(ended)
         self.ended_in_run += count
-        self.ended_recent += sum(map((self.now - WINDOW).__le__, ended))
-        last_end = max(ended)
+        recent = self.now - WINDOW
+        self.ended_recent += (count if lo >= recent else 0 if last_end < recent
+                              else sum(map(recent.__le__, ended)))
         if self.last_end is None or last_end > self.last_end:
             self.last_end = last_end
         if None in started:
