@@ -58,6 +58,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | Iterable[bytes], *,
                 view = view[os.write(fd, view) :]
         if durable:
             os.fsync(fd)
+        written = os.fstat(fd)
     except BaseException:
         os.close(fd)
         tmp.unlink(missing_ok=True)
@@ -70,7 +71,10 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | Iterable[bytes], *,
         raise
     if durable:
         fsync_dir(path.parent)
-    return os.stat(path)
+    try:
+        return os.stat(path)
+    except FileNotFoundError:  # another process removed it already (a merged fragment)
+        return written
 
 
 def remove_stale_tmp(path: Path) -> list[Path]:

@@ -23,7 +23,7 @@ from testkit import PYTHON, child_env, wait_until
 from campaign import read_ledger
 from campaign._array_worker import run_worker
 from campaign._submit import prepare_submission
-from campaign._workdir import fragment_files, merge_fragments
+from campaign._workdir import fragment_files, merge_fragments, work_root
 
 CLAIMERS = 20
 TASKS = 2000
@@ -153,3 +153,38 @@ def test_a_worker_runs_its_tasks_while_another_holds_the_ledger_lock(tmp_path):
     tasks = read_ledger(ledger)["tasks"]  # the last merge wrote every outcome
     assert {(rec["status"], rec["attempts"]) for rec in tasks.values()} == {("accepted", 1)}
     assert sorted(p.name for p in marks.iterdir()) == sorted(tasks)
+
+
+def test_a_fragment_merged_away_before_its_write_returns_does_not_stop_the_worker(
+        tmp_path, monkeypatch):
+    """Other workers' merges may apply and then remove a fragment between its rename and the
+    end of its write (seen at 100 claimers): the worker goes on, and each task runs once."""
+    from campaign import _atomic
+
+    ledger = tmp_path / "ledger.json"
+    sub = prepare_submission([{"task_id": f"t{i:02d}", "x": i} for i in range(5)],
+                             ledger_path=ledger)
+    real_fsync_dir = _atomic.fsync_dir
+    removed: list[str] = []
+
+    def then_merged_twice(folder: Path) -> None:  # as two merges of other workers would
+        real_fsync_dir(folder)
+        if folder.name == "fragments":
+            merge_fragments(ledger)  # applies the new fragment
+            merge_fragments(ledger)  # finds it applied and removes it
+            removed.append(folder.name)
+
+    monkeypatch.setattr(_atomic, "fsync_dir", then_merged_twice)
+    ran: list[str] = []
+
+    def note(item: dict) -> dict:
+        ran.append(item["task_id"])
+        return {"ok": True}
+
+    owner = {"worker": "w", "job": None, "array_task": None, "host": "here", "pid": 0}
+    summary = run_worker(note, ledger, sub.id, owner=owner, merge_every=3600.0)
+    assert len(removed) == 5 and not fragment_files(ledger)
+    assert (summary.ran, summary.accepted) == (5, 5) and sorted(ran) == sorted(set(ran))
+    tasks = read_ledger(ledger)["tasks"]
+    assert {(rec["status"], rec["attempts"]) for rec in tasks.values()} == {("accepted", 1)}
+    assert not list(work_root(ledger).glob("leases/*.json"))  # every lease released
