@@ -19,8 +19,8 @@ What one element of a job array runs, ``run_worker`` (campaign/_array_worker.py)
 Each worker holds the records of its submission (about 1.1 KB of memory per task: a ledger of
 100,000 small tasks is 108 MB per worker) and reads the whole ledger when it starts and at each
 merge, so 200 workers over 100,000 tasks need about 30 GB and hours of CPU on one machine. The
-defaults (200 claimers x 10,000 tasks) are what a 2-core machine with 23 GB does in a few
-minutes; the issue's figures are ``--tasks 100000`` where memory allows::
+defaults (200 claimers x 10,000 tasks) are what a 2-core machine with 23 GB does, in about 4 to
+5 minutes per mode; the issue's figures are ``--tasks 100000`` where memory allows::
 
     python benchmarks/array_claims.py [--claimers 200] [--tasks 10000] [--plan-tasks 100000]
         [--modes processes,threads] [--merge-every 5] [--lease-seconds 60] [--keep DIR]
@@ -227,6 +227,7 @@ def renewals(folder: Path, holders: int, seconds: float) -> float:
     held = [lease for i in range(holders)
             if (lease := leases.claim(f"r{i}", owner)) is not None]
     done = [0] * 4
+    lost: list[str] = []
     deadline = time.monotonic() + seconds
 
     def renew(k: int) -> None:
@@ -234,7 +235,8 @@ def renewals(folder: Path, holders: int, seconds: float) -> float:
         while mine and time.monotonic() < deadline:
             for lease in mine:
                 if not leases.heartbeat(lease):
-                    raise SystemExit(f"lost the lease of {lease['task_id']} while renewing it")
+                    lost.append(lease["task_id"])
+                    return
                 done[k] += 1
 
     threads = [threading.Thread(target=renew, args=(k,)) for k in range(4)]
@@ -246,6 +248,8 @@ def renewals(folder: Path, holders: int, seconds: float) -> float:
     elapsed = time.perf_counter() - t0
     for lease in held:
         leases.release(lease, done=False)
+    if lost:
+        raise SystemExit(f"lost the leases of {lost} while renewing them")
     return sum(done) / elapsed
 
 
