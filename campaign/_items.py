@@ -46,7 +46,7 @@ class PreparedItems(Sequence["PreparedItem"]):
     def _add(self, task_id: str, item: Any, stored: Any, digest: str) -> None:
         data = bytes.fromhex(digest[len(_PREFIX):]) + orjson.dumps(stored)
         self.task_ids.append(task_id)
-        self._entries.append(data if item is stored or _plain(item) else (item, data))
+        self._entries.append(data if _plain(item) else (item, data))
 
     def _bytes(self, index: int) -> bytes:
         entry = self._entries[index]
