@@ -15,9 +15,8 @@ found alone.
 
 from __future__ import annotations
 
-import ast
-import inspect
 import logging
+import math
 import os
 import sys
 import threading
@@ -28,6 +27,7 @@ from typing import Any
 
 from ._base import Scheduler
 from ._dask_batch import PROGRESS_INTERVAL, Batch, BatchFn, run_batch
+from ._dask_main import refuse_unguarded_main
 from ._devices import normalize_groups
 from ._events import ErrorInfo, Event, Outcome, OutcomeKind, Placement, Report, Started, Task
 from ._host import HOST
@@ -94,6 +94,7 @@ class DaskScheduler(Scheduler):
         self._lock = threading.Lock()
         self._owned: list[Any] = []
         self._mean = RunningMean(1000)
+        self._stopped = threading.Event()  # set by stop()
 
     @property
     def slots(self) -> int:
@@ -113,6 +114,8 @@ class DaskScheduler(Scheduler):
                     cluster = self._embedded_cluster()
                     self._owned.append(cluster)
                     self.client = Client(cluster, security=cluster.security)
+                threading.Thread(target=self._keep_workers, args=(cluster,), daemon=True,
+                                 name="dask-keeper").start()
                 print(f"dask dashboard: {self.client.dashboard_link}", file=sys.stderr)
             self._owned.insert(0, self.client)
         self._threads = max(1, sum(self.client.nthreads().values()))
@@ -152,8 +155,37 @@ class DaskScheduler(Scheduler):
                                  "protocol": protocol, "security": security}}
         return SpecCluster(workers=workers, scheduler=scheduler, security=security)
 
+    def _keep_workers(self, cluster: Any) -> None:
+        """Every second while the run lasts: start a worker in place of each that dask gave up.
+        dask's `SpecCluster` closes a worker's nanny, and starts none in its place, when no
+        worker of that name is there ``distributed.deploy.lost-worker-timeout`` after one was
+        lost, as when its nanny is restarting it yet again (a task that keeps killing its
+        worker, a worker killed often): without this, the cluster could dwindle to none."""
+        asked: dict[Any, float] = {}  # the workers asked for, not there yet: since when
+
+        def check() -> None:  # on the cluster's event loop: its state is not shared there
+            now = time.monotonic()
+            missing = set(cluster.worker_spec) - set(cluster.workers)
+            for name in set(asked) - missing:
+                del asked[name]
+            new = {n for n in missing if now - asked.get(n, -math.inf) > 30}  # or asked long ago
+            if new and not self._stopping and cluster.status == Status.running:
+                logger.warning("dask closed embedded worker(s) %s, lost too long; starting new "
+                               "ones", ", ".join(map(str, sorted(new, key=str))))
+                asked.update(dict.fromkeys(new, now))
+                cluster.scale(len(cluster.worker_spec))
+
+        from distributed.core import Status
+
+        while not self._stopped.wait(1.0):
+            try:
+                cluster.loop.add_callback(check)
+            except RuntimeError:  # its loop has closed: the run is ending
+                return
+
     def stop(self) -> None:
         self._stopping = True
+        self._stopped.set()
         if hasattr(self, "_have_work"):
             self._have_work.set()
         with self._lock:
@@ -359,48 +391,3 @@ class DaskScheduler(Scheduler):
             self._mean.add(ended - begun)
         size = int(self.batch_seconds / max(self._mean.value, 1e-6))
         self._batch_size = max(1, min(self.max_batch, size))
-
-
-# ---------------------------------------------------------------------- the driver script
-def refuse_unguarded_main() -> None:
-    """Raise `RuntimeError` if the driver script starts this cluster from code that dask's
-    worker processes run again: they are spawned, and a spawned process imports the script
-    that ``python script.py`` runs (as ``__mp_main__``) before anything else. Without
-    ``if __name__ == "__main__":`` around the campaign, each worker would start it again."""
-    found = _unguarded_line()
-    if found is not None:
-        path, line = found
-        raise RuntimeError(
-            f"{path}, line {line}, starts a campaign on an embedded dask cluster outside "
-            "`if __name__ == \"__main__\":`. dask starts its workers as new Python processes "
-            "that import this script first, so each of them would run the campaign again. Put "
-            "the code that runs the campaign under `if __name__ == \"__main__\":` (or pass "
-            "client= or scheduler_address= of a cluster started elsewhere)")
-
-
-def _unguarded_line() -> tuple[str, int] | None:
-    main = sys.modules.get("__main__")
-    name = getattr(getattr(main, "__spec__", None), "name", None)
-    if name is not None and (name == "__main__" or name.endswith(".__main__")):
-        return None  # `python -m package`: spawned processes do not run it again
-    if name is None and getattr(main, "__file__", None) is None:
-        return None  # interactive, `python -c`, a notebook: nothing is imported again
-    frame = inspect.currentframe()
-    while frame is not None and not (frame.f_code.co_name == "<module>"
-                                     and frame.f_globals is getattr(main, "__dict__", None)):
-        frame = frame.f_back
-    if frame is None:
-        return None
-    path, line = frame.f_code.co_filename, frame.f_lineno
-    try:
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), path)
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-        return None  # no source to read: dask's own error will have to do
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.If) and node.body
-                and any(isinstance(n, ast.Name) and n.id == "__name__"
-                        for n in ast.walk(node.test))
-                and node.body[0].lineno <= line <= (node.body[-1].end_lineno or line)):
-            return None
-    return path, line

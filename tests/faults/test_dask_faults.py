@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -123,27 +124,33 @@ def test_other_local_processes_cannot_run_code_in_the_embedded_cluster(tmp_path)
 
 
 # ---------------------------------------------------------------------- lost workers
+def kill_both_while_they_run_held_tasks(sched: DaskScheduler, folder: Path, hold: Path,
+                                        killed: list[int]) -> None:
+    """Once both workers run a held task (from t060 on), SIGKILL both, then let the tasks go."""
+    wait_until(lambda: sched.client is not None and len(sched.client.nthreads()) == 2,
+               "two workers")
+    workers = set(sched.client.run(os.getpid).values())
+    wait_until(lambda: workers <= {p for tid, ps in pids(folder).items()
+                                   if int(tid[1:]) >= 60 for p in ps},
+               "both workers inside a held task")
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    killed.extend(workers)
+    hold.touch()
+
+
+def held_items(folder: Path, hold: Path) -> list[dict[str, Any]]:
+    folder.mkdir()
+    return [{"task_id": f"t{i:03d}", "folder": str(folder), "sleep": 0.02, "held": i >= 60,
+             "hold": str(hold)} for i in range(300)]
+
+
 def test_killing_every_worker_mid_campaign_fails_no_task(tmp_path):
     folder, hold = tmp_path / "runs", tmp_path / "hold"
-    folder.mkdir()
-    items = [{"task_id": f"t{i:03d}", "folder": str(folder), "sleep": 0.02,
-              "held": i >= 60, "hold": str(hold)} for i in range(300)]
+    items = held_items(folder, hold)
     sched = DaskScheduler(workers=2)
     killed: list[int] = []
-
-    def kill_both_while_they_run_held_tasks() -> None:
-        wait_until(lambda: sched.client is not None and len(sched.client.nthreads()) == 2,
-                   "two workers")
-        workers = set(sched.client.run(os.getpid).values())
-        wait_until(lambda: workers <= {p for tid, ps in pids(folder).items()
-                                       if int(tid[1:]) >= 60 for p in ps},
-                   "both workers inside a held task")
-        for pid in workers:
-            os.kill(pid, signal.SIGKILL)
-        killed.extend(workers)
-        hold.touch()
-
-    killer = Beside(kill_both_while_they_run_held_tasks)
+    killer = Beside(partial(kill_both_while_they_run_held_tasks, sched, folder, hold, killed))
     killer.start()
     camp = checkpointed_map(noted, items, ledger_path=tmp_path / "l.json", execution=sched)
     killer.join()
@@ -155,6 +162,26 @@ def test_killing_every_worker_mid_campaign_fails_no_task(tmp_path):
     for pid in killed:  # each worker was killed inside a task, which ran again elsewhere
         assert any(pid in seen[tid] and tasks[tid]["pid"] not in killed for tid in seen)
     assert {rec["pid"] for rec in tasks.values()} - set(killed)  # fn reached the new workers
+
+
+def test_workers_dask_gives_up_on_are_started_again(tmp_path, caplog):
+    """dask's cluster closes the nanny of a worker that is not back by lost-worker-timeout
+    after its loss (here 50 ms: a new worker process takes longer than that to start) and
+    starts none: the campaign starts new ones, and finishes."""
+    import dask
+
+    folder, hold = tmp_path / "runs", tmp_path / "hold"
+    items = held_items(folder, hold)
+    sched = DaskScheduler(workers=2)
+    killer = Beside(partial(kill_both_while_they_run_held_tasks, sched, folder, hold, []))
+    killer.start()
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "50ms"}), \
+            caplog.at_level(logging.WARNING, "schedulers._dask"):
+        camp = checkpointed_map(noted, items, ledger_path=tmp_path / "l.json", execution=sched)
+    killer.join()
+    assert camp.complete and not camp.failures and len(camp.results) == 300
+    assert any(r.getMessage().startswith("dask closed embedded worker(s)")
+               for r in caplog.records)
 
 
 def test_a_task_that_kills_its_worker_fails_alone(tmp_path):
