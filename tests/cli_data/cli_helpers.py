@@ -109,3 +109,16 @@ def wait_for(predicate: Any, timeout: float = 120.0, what: str = "condition") ->
 
 def accepted_count(path: Path) -> int:
     return sum(1 for s in statuses(path).values() if s == "accepted")
+
+
+def spec_file(folder: Path, body: str = "", *, items: str = "items.json",
+              ledger: str = "fits.json") -> Path:
+    """A ``campaign.toml`` in ``folder`` for ``model.py:fit`` (`write_model`), with ``body``."""
+    spec = folder / "campaign.toml"
+    spec.write_text(f'target = "model.py:fit"\nitems = "{items}"\nledger = "{ledger}"\n{body}')
+    return spec
+
+
+def tree(folder: Path) -> set[str]:
+    """Every path under ``folder``, relative to it."""
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
