@@ -174,7 +174,7 @@ def test_ctrl_c_stops_workers_and_records_interrupted(tmp_path):
         import os, time
         from campaign import checkpointed_map
         def fn(item):
-            print("pid", os.getpid(), flush=True)
+            os.write(1, f"pid {{os.getpid()}}\\n".encode())  # one write: lines never mix
             while True:  # until the run is interrupted
                 time.sleep(3600)
         if __name__ == "__main__":
@@ -183,7 +183,9 @@ def test_ctrl_c_stops_workers_and_records_interrupted(tmp_path):
     """))
     proc = subprocess.Popen([PYTHON, str(script)], env=child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    worker_pids = [int(proc.stdout.readline().split()[1]) for _ in range(2)]
+    lines = [proc.stdout.readline() for _ in range(2)]
+    assert all(line.startswith("pid ") for line in lines), lines
+    worker_pids = [int(line.split()[1]) for line in lines]
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     proc.stdout.close()
