@@ -1,6 +1,6 @@
 """The sbatch script of a job array: one pure function of its options, and walltime parsing.
 
-The script is tested byte for byte against the files in ``tests/slurm_reference/``.
+The script is tested byte for byte against the files in ``tests/schedulers/slurm/slurm_reference/``.
 """
 
 from __future__ import annotations

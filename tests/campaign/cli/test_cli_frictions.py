@@ -1,5 +1,5 @@
 """What a new user of the `campaign` command stumbled on, each driven through the real command
-(job arrays: tests/test_cli_array_frictions.py).
+(job arrays: tests/campaign/cli/test_cli_array_frictions.py).
 
 The progress displays are read live from a running `campaign run`, while a task waits for a
 file, so what they show never depends on how fast the machine is.

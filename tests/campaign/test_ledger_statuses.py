@@ -19,7 +19,7 @@ from campaign import LedgerError, RunStatus, Status, read_ledger
 from campaign._jsonvalue import fingerprint
 from campaign._records import RECORD_FIELDS, RUN_FIELDS, RUN_STATUSES, new_record
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "ledger.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "ledger.md"
 TASK_STATUSES = {s.value for s in Status}
 RUN_STATUS_VALUES = {s.value for s in RunStatus}
 

@@ -1,9 +1,9 @@
 """Job-array scripts, Slurm commands, job states and polling, against a real Slurm.
 
-The rendered scripts are compared byte for byte with tests/slurm_reference/*.sh. After an
+The rendered scripts are compared byte for byte with tests/schedulers/slurm/slurm_reference/*.sh. After an
 intended change of `render_array_script`, rewrite them and review the diff:
 
-    python tests/test_slurm_script.py --regenerate
+    python tests/schedulers/slurm/test_slurm_script.py --regenerate
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def regenerate() -> None:
 def test_rendered_script_matches_its_reference_byte_for_byte(name):
     expected = (REFERENCE / f"{name}.sh").read_bytes()
     assert render_array_script(**CASES[name]).encode() == expected, (
-        "the script changed; if intended: python tests/test_slurm_script.py --regenerate")
+        "the script changed; if intended: "
+        "python tests/schedulers/slurm/test_slurm_script.py --regenerate")
 
 
 def test_no_reference_is_left_without_a_case():

@@ -1,4 +1,4 @@
-"""A campaign run by tests/test_crash.py, which SIGKILLs it at random moments.
+"""A campaign run by tests/campaign/test_crash.py, which SIGKILLs it at random moments.
 
 Usage: python crash_child.py LEDGER CALL_LOG N_TASKS EXECUTION
 

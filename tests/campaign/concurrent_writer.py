@@ -1,4 +1,4 @@
-"""One of two processes that update one ledger (run by tests/test_concurrent.py).
+"""One of two processes that update one ledger (run by tests/campaign/test_concurrent.py).
 
 Usage: python concurrent_writer.py LEDGER PARITY N
 Marks the tasks t<i> with i % 2 == PARITY accepted, one read-merge-write per task, in order.

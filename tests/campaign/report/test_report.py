@@ -25,7 +25,7 @@ from campaign import LedgerError, checkpointed_map, read_ledger, write_report
 from campaign._array import work_root
 from campaign._submit import prepare_submission
 
-DATA = ROOT / "tests" / "report_data"
+DATA = Path(__file__).with_name("report_data")
 #: Waits (in the page) until bokeh has built and finished a view of every root, then describes
 #: each: its size, its canvas and how many of its glyphs have data. Gives up after 60 s (only a
 #: broken page gets there) and says what it found.
