@@ -30,7 +30,11 @@ def report_devices(item):
             "rank": int(os.environ.get("DIFFSOUP_PROCESS_ID", "0")),
             "devices": len(jax.devices()), "platform": jax.default_backend(),
             "xla_flags": os.environ.get("XLA_FLAGS", "")}
-    (folder / f"{os.getpid()}.json").write_text(json.dumps(note))
+    # written aside, then renamed: the other groups' processes read these notes meanwhile, and
+    # must never see one half written
+    aside = folder / f"{os.getpid()}.part"
+    aside.write_text(json.dumps(note))
+    aside.replace(folder / f"{os.getpid()}.json")
     deadline = time.monotonic() + PATIENCE
     while {json.loads(p.read_text())["group"] for p in folder.glob("*.json")} != EVERY:
         if time.monotonic() > deadline:
