@@ -3,12 +3,15 @@
 Generates a realistic ledger with the project's own writer (records built with
 `campaign._records`, serialized with `campaign._document.dumps`): mostly accepted tasks, some
 failed ones with tracebacks and retry history, some pending, interrupted and running. Then runs
-``campaign status LEDGER`` as a subprocess five times and prints the median wall time::
+``campaign status LEDGER`` as a subprocess five times and prints each run's wall time, CPU time
+(user and system) and peak RSS, the median CPU time, the largest peak RSS and the median wall
+time::
 
-    python benchmarks/cli_status.py [--tasks 100000] [--keep PATH]
+    python benchmarks/cli_status.py [--tasks 100000] [--keep PATH] [--ledger PATH]
 
-Output: ``cli_status_100k_seconds: X`` (the name says 100k whatever --tasks is; the task count
-is printed on the line before).
+``--ledger PATH`` times that ledger instead of a generated one (e.g. one ``--keep`` left).
+Output ends with ``cli_status_100k_seconds: X``, the median wall time (the name says 100k
+whatever --tasks is; the task count is printed first).
 """
 
 from __future__ import annotations
@@ -104,32 +107,58 @@ def generate(path: Path, n: int, *, seed: int = 0, now: float | None = None) -> 
     return counts
 
 
-def time_status(path: Path, repeats: int = 5) -> list[float]:
-    """Wall times of ``campaign status PATH`` run as a subprocess."""
-    times = []
+#: ``campaign status LEDGER`` that writes its peak RSS (VmHWM, kB) last on stderr at exit:
+#: ``ru_maxrss`` would count the memory of this process (that generated the ledger) at the fork.
+_STATUS = """
+import atexit, runpy, sys
+def hwm():
+    with open("/proc/self/status") as f:
+        print([l for l in f if l.startswith("VmHWM:")][0].split()[1], file=sys.stderr)
+atexit.register(hwm)
+sys.argv = ["campaign", "status", sys.argv[1]]
+runpy.run_module("campaign._cli", run_name="__main__")
+"""
+
+
+def time_status(path: Path, repeats: int = 5) -> list[tuple[float, float, int]]:
+    """Wall time, CPU time (user and system, ``wait4``) and peak RSS (bytes) of each of
+    ``repeats`` runs of ``campaign status PATH`` as a subprocess."""
+    runs = []
     for _ in range(repeats):
         begun = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "campaign._cli", "status", str(path)], check=True,
-                       stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - begun)
-    return times
+        proc = subprocess.Popen([sys.executable, "-c", _STATUS, str(path)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        err = proc.stderr.read() if proc.stderr else b""
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            raise SystemExit(f"campaign status {path} failed (exit {proc.returncode}): "
+                             f"{err.decode()[-2000:]}")
+        runs.append((time.perf_counter() - begun, usage.ru_utime + usage.ru_stime,
+                     int(err.split()[-1]) * 1024))
+    return runs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--keep", type=Path, help="write the ledger here and keep it")
+    parser.add_argument("--ledger", type=Path, help="time this ledger (none is generated)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.keep or Path(tmp) / "bench.json"
-        begun = time.perf_counter()
-        counts = generate(path, args.tasks)
-        made = time.perf_counter() - begun
-        size = os.path.getsize(path) / 1e6
-        print(f"ledger: {args.tasks} tasks {counts}, {size:.1f} MB, generated in {made:.1f} s")
-        times = time_status(path)
-        print("runs:", ", ".join(f"{t:.3f}" for t in times))
-        print(f"cli_status_100k_seconds: {statistics.median(times):.3f}")
+        path = args.ledger or args.keep or Path(tmp) / "bench.json"
+        if args.ledger is None:
+            begun = time.perf_counter()
+            counts = generate(path, args.tasks)
+            made = time.perf_counter() - begun
+            print(f"ledger: {args.tasks} tasks {counts}, {os.path.getsize(path) / 1e6:.1f} MB, "
+                  f"generated in {made:.1f} s")
+        runs = time_status(path)
+        print("runs (wall s, CPU s, peak RSS MB):",
+              ", ".join(f"{w:.3f} {c:.3f} {r / 1e6:.0f}" for w, c, r in runs))
+        print(f"cli_status_cpu_seconds: {statistics.median(c for _, c, _ in runs):.3f}")
+        print(f"cli_status_peak_rss_mb: {max(r for _, _, r in runs) / 1e6:.0f}")
+        print(f"cli_status_100k_seconds: {statistics.median(w for w, _, _ in runs):.3f}")
 
 
 if __name__ == "__main__":

@@ -332,27 +332,38 @@ def valid_columns(recs: list[Any]) -> Columns | None:
         return cols
     if min(fields["attempts"]) < 0 or min(fields["interruptions"]) < 0:
         return None
-    if not _fingerprints_valid(fields["fingerprint"]):
+    if not values_valid(cols):
         return None
-    results, status = fields["result"], fields["status"]
-    if counts[ACCEPTED] and None in (results if counts[ACCEPTED] == len(recs) else
-                                     compress(results, map(ACCEPTED.__eq__, status))):
-        return None
-    values = list(chain.from_iterable(map(dict.values, filter(None, results))))
-    found = set(map(type, values))
-    if not _SCALARS.issuperset(found) and not (
-            _SCALARS.issuperset(found - {dict})
-            and all(_float_tag(v) for v in values if type(v) is dict)):
-        return None
-    errors = fields["error"]
-    for error in compress(errors, map(is_not, errors, repeat(None))):
-        if type(error.get("type")) is not str or type(error.get("message")) is not str:
-            return None
     groups = chain.from_iterable(filter(None, fields["device_group"]))
     entries = chain.from_iterable(fields["history"])
     if {int}.issuperset(map(type, groups)) and {dict}.issuperset(map(type, entries)):
         return cols
     return None
+
+
+def values_valid(cols: Columns, check: bool = True) -> bool:
+    """Whether the values of ``cols`` (of records whose fields have their types) keep the rules
+    their types do not say: each fingerprint ``sha256:`` and 64 hex digits, a result for each
+    accepted record, results of scalars or non-finite floats' tags (unless not ``check``:
+    known), errors with string ``type`` and ``message``. C-level operations over the columns."""
+    fields, counts = cols.fields, cols.counts
+    if not _fingerprints_valid(fields["fingerprint"]):
+        return False
+    results, status = fields["result"], fields["status"]
+    if counts[ACCEPTED] and None in (results if counts[ACCEPTED] == len(results) else
+                                     compress(results, map(ACCEPTED.__eq__, status))):
+        return False
+    values = list(chain.from_iterable(map(dict.values, filter(None, results)))) if check else []
+    found = set(map(type, values))
+    if not _SCALARS.issuperset(found) and not (
+            _SCALARS.issuperset(found - {dict})
+            and all(_float_tag(v) for v in values if type(v) is dict)):
+        return False
+    errors = fields["error"]
+    for error in compress(errors, map(is_not, errors, repeat(None))):
+        if type(error.get("type")) is not str or type(error.get("message")) is not str:
+            return False
+    return True
 
 
 def _fingerprints_valid(fps: tuple[Any, ...]) -> bool:

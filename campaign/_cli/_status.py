@@ -87,7 +87,7 @@ def scan_blocks(path: Path) -> tuple[dict[str, Any], Iterator[tuple[dict[str, An
     from .._scan import scan_columns
 
     try:
-        head, blocks, over = scan_columns(path)
+        head, blocks, over = scan_columns(path, typed=True)
     except LedgerError as exc:
         raise BadInput(str(exc)) from None
 
