@@ -35,6 +35,11 @@ RESOURCES = ("cpu_s", "peak_rss_bytes", "gpu_peak_bytes")
 MAX_COLUMNS = 12
 #: Results looked at to find the result keys (spread over the accepted tasks).
 _KEY_SAMPLE = 2000
+#: Bytes of the ledger read at a time: four times the scan's default (`campaign._scan.BLOCK`),
+#: as each block's records cost the report some numpy calls and passes of their own. On a
+#: million records, reading them took about 17 % less CPU time than in 64 KB blocks (128 KB:
+#: 12 % less, 512 KB: 13 % less).
+BLOCK = 256 << 10
 
 
 @dataclass
@@ -89,7 +94,7 @@ def load(path: Path, now: float) -> Data:
 
     gc.disable()  # a chunk parses into many objects, none of them cyclic
     try:
-        head, blocks, over = scan_columns(path)  # in the scan's small blocks
+        head, blocks, over = scan_columns(path, block=BLOCK)
         tally = Tally(head["runs"], now)
         taken = _Columns(now, over.held)
         for chunk, cols in blocks:

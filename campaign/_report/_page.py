@@ -169,7 +169,11 @@ def _slowest(data: Data) -> str:
     done = np.flatnonzero(np.isfinite(data.duration))
     if done.size == 0:
         return "<p>No task has ended yet.</p>"
-    top = done[np.argsort(-data.duration[done], kind="stable")[:SLOWEST]]
+    took = data.duration[done]
+    if took.size > SLOWEST:  # those at least as slow as the SLOWEST-th slowest (ties kept)
+        keep = took >= np.partition(took, took.size - SLOWEST)[took.size - SLOWEST]
+        done, took = done[keep], took[keep]
+    top = done[np.argsort(-took, kind="stable")[:SLOWEST]]
     return _table(["task", "seconds", "status", "attempts", "started"], [
         [_e(data.task_ids[i]), f"{data.duration[i]:.4g}", _status_label(int(data.status[i])),
          int(data.attempts_per_task[i]), _e(_when(float(data.started[i])))] for i in top], {1})
