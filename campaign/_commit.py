@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from . import _document, _journal
+from . import _document, _journal, _storeload
 from ._atomic import WriteFailures, atomic_write, write_error_text, write_retry_default
 from ._errors import LedgerError, LedgerWriteError
 from ._records import merge
@@ -314,7 +314,7 @@ class GroupCommit:
     def _merge_from_disk(self) -> None:
         """Another process replaced the file: adopt its records except those we changed."""
         try:
-            disk = _document.read(self.path)
+            disk, _ = _storeload.load(self.path)  # a block at a time, the records as bytes
         except LedgerError as exc:
             raise LedgerError(f"{exc} (found while merging; this run's changes are kept in "
                               "memory and the file was not overwritten)") from None

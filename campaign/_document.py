@@ -281,8 +281,9 @@ def compact(path: str | os.PathLike[str], doc: dict[str, Any], state: DiskState)
         if file_state(path) == state:
             doc["updated"] = time.time()
             doc["generation"] = _journal.new_generation()
-            try:
-                atomic_write(path, dumps(doc))
+            try:  # a RecordStore's records in chunks: never the whole text in memory
+                atomic_write(path, dumps(doc) if type(doc["tasks"]) is dict
+                             else document_chunks(doc))
             except OSError as exc:
                 what, fix = write_error_text(exc)
                 raise LedgerWriteError(

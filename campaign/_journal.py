@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import orjson
 
 from ._atomic import fsync_dir
+from ._store import RecordStore
 
 logger = logging.getLogger(__name__)
 
@@ -113,33 +115,80 @@ def read(ledger: Path, generation: str | None) -> Journal:
     except FileNotFoundError:
         return Journal()
     found = Journal(size=len(data))
-    if generation is None or not data:
+    if generation is not None:
+        found.entries.extend(_entries(path, _split(data), generation))
+    return found
+
+
+@dataclass
+class JournalRecords:
+    """What `read_records` found: the newest record of each task the journal's lines of the
+    file's generation hold, as its JSON bytes, in the order `Journal.apply` adds them; the
+    runs list and ``updated`` of the last line that has them (None if none has)."""
+
+    records: RecordStore = field(default_factory=RecordStore)
+    runs: list[dict[str, Any]] | None = None
+    updated: float | None = None
+    lines: int = 0
+
+
+def read_records(ledger: Path, generation: str | None) -> JournalRecords:
+    """`read`, a line at a time, each line's records kept as their bytes only (a journal of
+    10⁶ records held as dicts would take gigabytes). The same lines apply, with the same
+    warnings."""
+    path = journal_path(ledger)
+    found = JournalRecords()
+    if generation is None:
         return found
-    skipped = 0
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return found
+    with f:
+        for entry in _entries(path, f, generation):
+            for task_id, rec in entry["tasks"].items():
+                found.records.add(task_id, rec)
+            if "runs" in entry:
+                found.runs = entry["runs"]
+            found.updated = entry["updated"]
+            found.lines += 1
+    return found
+
+
+def _split(data: bytes) -> Iterator[bytes]:
+    """The lines of ``data``, each with its newline (the last one may lack it)."""
     begin = 0
-    number = 0
     while begin < len(data):
-        number += 1
         end = data.find(b"\n", begin)
-        if end < 0:
+        end = len(data) if end < 0 else end + 1
+        yield data[begin:end]
+        begin = end
+
+
+def _entries(path: Path, lines: Iterable[bytes], generation: str) -> Iterator[dict[str, Any]]:
+    """The entries of ``generation`` among ``lines`` (each with its newline), up to the first
+    line that is torn or corrupt (a warning names it)."""
+    skipped = 0
+    number = 0
+    for line in lines:
+        number += 1
+        if not line.endswith(b"\n"):
             logger.warning("journal %s: line %d is not whole (a write was cut short, e.g. by a "
                            "crash); it is ignored, the %d line(s) before it are kept", path,
                            number, number - 1)
             break
-        entry = _decode(data[begin:end])
+        entry = _decode(line[:-1])
         if entry is None:
             logger.warning("journal %s: line %d is corrupt (its checksum or JSON is wrong); it "
                            "and the lines after it are ignored, the %d line(s) before it are "
                            "kept", path, number, number - 1)
             break
-        begin = end + 1
         if entry["generation"] != generation:
             skipped += 1
             continue
-        found.entries.append(entry)
+        yield entry
     if skipped:
         logger.debug("journal %s: %d line(s) of an older generation skipped", path, skipped)
-    return found
 
 
 def _decode(line: bytes) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from . import _document, _journal, _runs
+from . import _document, _journal, _runs, _storeload
 from ._array import absorb_fragments, fragment_files
 from ._atomic import remove_stale_tmp, write_error_text
 from ._commit import CLOSE_RETRY, GroupCommit
@@ -116,15 +116,16 @@ class Ledger(GroupCommit):
         self._start_writer()
 
     def _load_as_driver(self, resume: bool) -> list[Path]:
-        """Under ``<ledger>.lock``: read the file (its journal and array fragments merged),
-        set it aside or take over its leftovers. Returns the fragments merged, to remove once
-        the run's first write holds them."""
+        """Under ``<ledger>.lock``: read the file (its journal and array fragments merged; a
+        block at a time, `campaign._storeload`), set it aside or take over its leftovers.
+        Returns the fragments merged, to remove once the run's first write holds them."""
         remove_stale_tmp(self.path)
         if not self.path.exists():
             return []
-        doc, state = _document.load(self.path)
+        doc, state = _storeload.load(self.path)  # a block at a time, the records as bytes
         # the file alone is what it holds: this run can append to it
         clean = not state[3] and "generation" in doc and not fragment_files(self.path)
+        doc["tasks"] = RecordStore.of(doc["tasks"])
         settled = absorb_fragments(doc, self.path)
         if not resume:
             _runs.set_aside(self.path, doc, state)

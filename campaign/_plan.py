@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _document, _records
+from . import _document, _records, _storeload
 from ._array import fragment_files, overlay
 from ._campaign import Campaign, refused_message
 from ._errors import LedgerError
@@ -19,9 +19,9 @@ from ._items import ItemSelection, PreparedItems
 from ._journal import journal_path
 from ._jsonvalue import changed_fields
 from ._ledger import Ledger
-from ._scan import Scan
 from ._status import ACCEPTED, PENDING
 from ._store import RecordStore
+from ._storeload import StoreScan
 
 logger = logging.getLogger(__name__)
 
@@ -96,18 +96,22 @@ def nothing_to_run(path: str | os.PathLike[str], prepared: PreparedItems) -> Cam
     """The campaign as the ledger holds it when every item is accepted there with the same
     fingerprint (a finished campaign resumed), else None.
 
-    Only reads the ledger (its journal and array fragments included) and writes nothing, but
-    a journal left by a killed driver is compacted into the file (one write); no scheduler is
-    needed. Raises `LedgerError` for a ledger that is not valid (it is left untouched).
+    Only reads the ledger (its journal and array fragments included), a block at a time, and
+    writes nothing, but a journal left by a killed driver is compacted into the file (one
+    write); no scheduler is needed. Raises `LedgerError` for a ledger that is not valid (it is
+    left untouched).
     """
     begun = time.monotonic()
     path = Path(path)
     if not path.exists():
         return None
-    if journal_path(path).exists() or fragment_files(path):
+    if fragment_files(path):
         tasks = _accepted_loaded(path, prepared)
-    else:  # the common case, a finished ledger: read a block at a time
+    elif not journal_path(path).exists():  # the common case, a finished ledger
         tasks = _accepted_scanned(path, prepared)
+    else:  # a killed driver's journal: read again whole (a block at a time) to compact it
+        tasks = _accepted_loaded(path, prepared) \
+            if _accepted_scanned(path, prepared, keep=False) is not None else None
     if tasks is None:
         return None
     logger.info("%s", _kept_line(path, len(prepared), len(prepared), 0, 0))
@@ -117,33 +121,33 @@ def nothing_to_run(path: str | os.PathLike[str], prepared: PreparedItems) -> Cam
 
 def _accepted_loaded(path: Path, prepared: PreparedItems) -> Mapping[str, Any] | None:
     """`nothing_to_run`'s records from the whole document (the journal and the array
-    fragments merged), the journal then compacted into the file; None if an item is not
-    accepted with its fingerprint."""
-    doc, state = _document.load(path)
+    fragments merged; read a block at a time, `campaign._storeload`), the journal then
+    compacted into the file; None if an item is not accepted with its fingerprint."""
+    doc, state = _storeload.load(path)
     tasks = overlay(doc, path)["tasks"]
-    for index, tid in enumerate(prepared.task_ids):
-        rec = tasks.get(tid)
-        if rec is None or rec["status"] != ACCEPTED or rec["fingerprint"] != \
-                prepared.fingerprint(index):
+    ids = prepared.task_ids
+    if any(tasks.status(tid) != ACCEPTED for tid in ids):  # read from the bytes
+        return None
+    for index, tid in enumerate(ids):
+        if tasks[tid]["fingerprint"] != prepared.fingerprint(index):
             return None
-    if journal_path(path).exists():  # a killed driver's journal: the file alone holds it all
-        try:
-            _document.compact(path, doc, state)
-        except (LedgerError, OSError) as exc:  # it stays on disk, in the file and journal
-            logger.warning("%s", exc)
+    if journal_path(path).exists():
+        _compact(path, doc, state)
     return tasks
 
 
-def _accepted_scanned(path: Path, prepared: PreparedItems) -> RecordStore | None:
-    """`nothing_to_run`'s records, read a block at a time (`campaign._scan.Scan`, checked as
-    `campaign.read_ledger` checks them) and kept as their bytes, the items' tasks only; None
-    as soon as one is not accepted with its item's fingerprint, or if one is missing."""
+def _accepted_scanned(path: Path, prepared: PreparedItems, *, keep: bool = True
+                      ) -> RecordStore | None:
+    """`nothing_to_run`'s records, read a block at a time (`campaign._storeload.StoreScan`,
+    checked as `campaign.read_ledger` checks them) and kept as their bytes (none without
+    ``keep``), the items' tasks only; None as soon as one is not accepted with its item's
+    fingerprint, or if one is missing. It stops at the first task still to run."""
     ids = prepared.task_ids
     found = bytearray(len(ids))
     where: dict[str, int] | None = None  # built only if the file is not in item order
     following = 0
     store = RecordStore()
-    scan = Scan(path)
+    scan = StoreScan(path)
     try:
         for chunk in scan.chunks():
             for tid, rec in chunk.items():
@@ -160,10 +164,21 @@ def _accepted_scanned(path: Path, prepared: PreparedItems) -> RecordStore | None
                         prepared.fingerprint(index):
                     return None
                 following, found[index] = index + 1, 1
-                store.add(ids[index], rec)
+                if keep:
+                    store.add(ids[index], rec)
     finally:
         scan.close()
     return store if found.count(0) == 0 else None
+
+
+def _compact(path: Path, doc: dict[str, Any], state: _document.DiskState) -> None:
+    """Write ``doc`` as the whole file and remove the journal, if the ledger is still as
+    ``state`` says (else it is read again under the lock); a failure is only logged (what
+    it held stays on disk, in the file and the journal)."""
+    try:
+        _document.compact(path, doc, state)
+    except (LedgerError, OSError) as exc:
+        logger.warning("%s", exc)
 
 
 def _kept_line(path: Any, total: int, kept: int, to_run: int, refused: int) -> str:

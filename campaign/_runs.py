@@ -18,6 +18,8 @@ from ._array import live_leases, work_root
 from ._atomic import HOST, atomic_write, pid_alive
 from ._errors import DriverBusyError, LedgerError
 from ._status import INTERRUPTED, RUNNING, RUNS_LIMIT, RunStatus
+from ._store import RecordStore
+from ._storeload import StoreScan
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +59,9 @@ def busy_message(path: Path) -> str:
     pid, as its ``running`` entry in the ledger names them."""
     run = None
     try:
-        runs = _document.read(path)["runs"]
+        scan = StoreScan(path)  # the runs only: the records are not read
+        scan.close()
+        runs = scan.head["runs"]
         run = next((r for r in reversed(runs) if r.get("status") == RunStatus.RUNNING), None)
     except LedgerError:
         pass
@@ -73,7 +77,7 @@ def set_aside(path: Path, doc: dict[str, Any], state: _document.DiskState) -> No
     work folder, under a name that says so."""
     saved = _document.backup_path(path, "replaced")
     if state[3]:  # a journal: the file alone does not hold everything
-        atomic_write(saved, _document.dumps(doc))
+        atomic_write(saved, _document.document_chunks(doc))
     else:
         os.replace(path, saved)
     if work_root(path).exists():  # its array fragments go with it
@@ -90,7 +94,8 @@ DRIVER_LOST = {"type": "DriverLost",
 def take_over(doc: dict[str, Any], path: Path) -> list[str]:
     """The caller holds the driver's lock, so no earlier driver is alive: its leftovers are
     ours. Its ``running`` runs become ``crashed``, its ``running`` tasks ``interrupted``
-    (`DRIVER_LOST`). Changes ``doc`` in place; returns the tasks whose records changed."""
+    (`DRIVER_LOST`). Changes ``doc`` in place (its ``tasks`` become a `RecordStore`); returns
+    the tasks whose records changed."""
     for run in doc["runs"]:
         if run.get("status") == RunStatus.RUNNING:
             same_host_alive = run.get("host") == HOST and run.get("pid") != os.getpid() \
@@ -99,8 +104,8 @@ def take_over(doc: dict[str, Any], path: Path) -> list[str]:
                 logger.warning("ledger %s names a live driver (pid %s) that does not hold the "
                                "driver lock; taking over", path, run.get("pid"))
             run["status"] = RunStatus.CRASHED.value
-    tasks = doc["tasks"]
-    stale = [tid for tid, rec in tasks.items() if rec["status"] == RUNNING]
+    tasks = doc["tasks"] = RecordStore.of(doc["tasks"])  # statuses read from the bytes
+    stale = [tid for tid in tasks if tasks.status(tid) == RUNNING]
     for tid in stale:
         rec = dict(tasks[tid])
         rec.update(status=INTERRUPTED, interruptions=rec.get("interruptions", 0) + 1,

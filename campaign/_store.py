@@ -102,6 +102,10 @@ class RecordStore(MutableMapping[str, Record]):
         """(task id, record as held: a dict or its bytes), nothing decoded."""
         return iter(self._values.items())
 
+    def raw(self, task_id: str) -> Record | bytes | None:
+        """The record as held (a dict or its bytes), nothing decoded; None if there is none."""
+        return self._values.get(task_id)
+
     def set_raw(self, task_id: str, value: Record | bytes) -> None:
         """Store a value of `raw_items` of another store."""
         self._values[task_id] = value
