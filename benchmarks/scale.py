@@ -8,6 +8,8 @@ For each size, in the same run, each step in a fresh subprocess (its own peak me
   and 80 % of the first run's time): of the tasks finished 1 s before the kill (the child
   prints its count every 1,000 tasks), the fraction on disk after it (`read_ledger`, which
   merges the journal), and how long before the kill the latest outcome on disk ended;
+- resume after the kill: ``checkpointed_map`` again on that killed ledger (its journal beside
+  it, tasks left running): time, tasks run, peak driver RSS (sampled: see `drive`);
 - no-op resume: ``checkpointed_map`` again on the finished ledger: time, rewrites, bytes;
 - ``campaign status`` on the finished ledger: wall and CPU time, peak RSS.
 
@@ -92,12 +94,37 @@ def _reap(proc: subprocess.Popen, begun: float) -> dict[str, Any]:
 
 
 def drive(n: int, ledger: Path) -> dict[str, Any]:
+    """``checkpointed_map`` of ``n`` no-op tasks in a child on ``ledger``: its facts, CPU time,
+    its VmHWM at its end (``rss``) and its largest VmRSS sampled every 20 ms (``sampled``: the
+    serial scheduler resets VmHWM before each task to measure it, so ``rss`` misses what the
+    driver held before its last task, e.g. while it read the ledger)."""
     proc, begun = _child([sys.executable, "-c", _DRIVER, str(n), str(ledger), "0"])
+    peak, reaped = [0], threading.Event()
+    sampler = threading.Thread(target=_sample_rss, args=(proc.pid, peak, reaped), daemon=True)
+    sampler.start()
     got = _reap(proc, begun)
+    reaped.set()
+    sampler.join()
     if got["rc"] != 0:
         raise SystemExit(f"driver failed ({got['rc']}): {got['err'].decode()[-2000:]}")
     facts = orjson.loads(got["out"].splitlines()[-1])
-    return dict(facts, rss=facts["hwm"], cpu=got["cpu"], size=ledger.stat().st_size)
+    return dict(facts, rss=facts["hwm"], sampled=peak[0], cpu=got["cpu"],
+                size=ledger.stat().st_size)
+
+
+def _sample_rss(pid: int, peak: list[int], reaped: threading.Event) -> None:
+    """Keep in ``peak[0]`` the largest VmRSS of process ``pid`` seen, every 20 ms until it
+    ends (`_reap` waits for it: polling it here could reap it first)."""
+    status = Path(f"/proc/{pid}/status")
+    while not reaped.is_set():
+        try:
+            text = status.read_text()
+        except OSError:  # ended meanwhile
+            return
+        for line in text.splitlines():
+            if line.startswith("VmRSS:"):
+                peak[0] = max(peak[0], int(line.split()[1]) * 1024)
+        time.sleep(0.02)
 
 
 def crash(n: int, ledger: Path, after: float) -> dict[str, Any]:
@@ -260,6 +287,11 @@ def one_size(n: int, folder: Path, rng: random.Random) -> None:
           f"{crashed['accepted_on_disk']} accepted on disk, the latest ended "
           f"{'-' if lag is None else f'{lag:.2f} s'} before the kill"
           + (" (the run had ended before the kill)" if crashed["ended_first"] else ""),
+          flush=True)
+    resumed = drive(n, folder / f"crash-{n}.json")
+    print(f"[{n}] resume after the SIGKILL: {resumed['wall']:.1f} s (CPU {resumed['cpu']:.1f} "
+          f"s), {resumed['ran']} tasks run, {crashed['accepted_on_disk']} kept, peak driver RSS "
+          f"{_mb(resumed['sampled'])} (sampled), {resumed['compactions']} whole-file rewrites",
           flush=True)
     again = drive(n, ledger)
     print(f"[{n}] no-op resume: {again['wall']:.2f} s (CPU {again['cpu']:.1f} s), "
