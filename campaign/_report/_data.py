@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain, compress
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +31,14 @@ CODE = {s: i for i, s in enumerate(STATUSES)}
 PENDING, RUNNING, ACCEPTED, FAILED, INTERRUPTED = (CODE[s] for s in STATUSES)
 #: Per-attempt resource fields (absent from ledgers written before they were recorded).
 RESOURCES = ("cpu_s", "peak_rss_bytes", "gpu_peak_bytes")
+_RESOURCE_ATTRS = attrgetter(*RESOURCES)
 #: At most this many numeric result columns (and item fields) are plotted.
 MAX_COLUMNS = 12
 #: Results looked at to find the result keys (spread over the accepted tasks).
 _KEY_SAMPLE = 2000
 #: Bytes of the ledger read at a time: four times the scan's default (`campaign._scan.BLOCK`),
-#: as each block's records cost the report some numpy calls and passes of their own. On a
-#: million records, reading them took about 17 % less CPU time than in 64 KB blocks (128 KB:
-#: 12 % less, 512 KB: 13 % less).
+#: as each block's records cost the report numpy calls and passes of their own. On a million
+#: records, `campaign report` took about 13 % less CPU time than with 64 KB blocks.
 BLOCK = 256 << 10
 
 
@@ -94,7 +94,8 @@ def load(path: Path, now: float) -> Data:
 
     gc.disable()  # a chunk parses into many objects, none of them cyclic
     try:
-        head, blocks, over = scan_columns(path, block=BLOCK)
+        # typed: records parsed into `campaign._typed.Record`s, checked as they are parsed
+        head, blocks, over = scan_columns(path, block=BLOCK, typed=True)
         tally = Tally(head["runs"], now)
         taken = _Columns(now, over.held)
         for chunk, cols in blocks:
@@ -149,6 +150,14 @@ def _values(rows: list[dict[str, Any]], keys: list[str]) -> list[tuple[Any, ...]
         return _fields(rows, tuple(keys))
     except KeyError:
         return [tuple(row.get(key) for row in rows) for key in keys]
+
+
+def _resources(recs: list[Any]) -> list[tuple[Any, ...]]:
+    """The RESOURCES of records (dicts, or the scan's typed records: `campaign._typed.Record`,
+    whose absent fields are ``msgspec.UNSET``, which `_floats` reads as nan), one tuple each."""
+    if not recs or type(recs[0]) is dict:
+        return _values(recs, list(RESOURCES))
+    return list(zip(*map(_RESOURCE_ATTRS, recs)))
 
 
 def _spread(n: int, most: int = _KEY_SAMPLE) -> list[int]:
@@ -308,7 +317,7 @@ class _Columns:
         self.last["lane"].append(np.fromiter(map(lanes.__getitem__, keys), dtype=np.int64,
                                              count=len(keys)))
         ran_recs = recs if every else list(map(recs.__getitem__, pick))
-        for key, column in zip(RESOURCES, _values(ran_recs, list(RESOURCES))):
+        for key, column in zip(RESOURCES, _resources(ran_recs)):
             self.last[key].append(_floats(column))
 
     def _history(self, earlier: list[tuple[int, dict[str, Any]]]) -> None:

@@ -15,6 +15,7 @@ import struct
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from report_data.browser import Browser, chromium
@@ -226,6 +227,54 @@ def test_100k_tasks_are_sampled_and_the_page_stays_small(tmp_path):
                   "D against item field temperature"):
         assert title in names, names
     assert "not recorded" not in html
+
+
+def test_typed_records_give_the_columns_plain_records_give(tmp_path, monkeypatch):
+    """The report reads the scan's typed records (`campaign._typed.Record`) where it gives them:
+    every column of the page's data is the one taken from the same records as plain dicts,
+    also where records lack the per-attempt resource fields (pending ones; every third one)."""
+    from campaign import _scan
+    from campaign._report import _data
+
+    ledger = tmp_path / "mixed.json"
+    load_benchmark().generate(ledger, 3000, now=1.8e9)
+    doc = orjson.loads(ledger.read_bytes())
+    for rec in list(doc["tasks"].values())[::3]:
+        for key in _data.RESOURCES:
+            rec.pop(key, None)
+    ledger.write_bytes(orjson.dumps(doc))  # "tasks" last, each record's "status" first
+    scan, kinds, plain = _scan.scan_columns, set(), [False]
+
+    def scan_columns(*args, typed=False, **kwargs):  # notes the types of the records read
+        head, blocks, over = scan(*args, typed=typed and not plain[0], **kwargs)
+        return head, ((kinds.update(type(r).__name__ for r in c.values()) or c, cols)
+                      for c, cols in blocks), over
+
+    monkeypatch.setattr(_scan, "scan_columns", scan_columns)
+    typed_data = _data.load(ledger, 1.8e9)
+    assert kinds == {"Record"}, kinds
+    plain[0] = True
+    kinds.clear()
+    plain_data = _data.load(ledger, 1.8e9)
+    assert kinds == {"dict"}, kinds
+    a, b = typed_data.attempts, plain_data.attempts
+    assert typed_data.task_ids == plain_data.task_ids and len(a.task) > 3000
+    for key in ("status", "attempts_per_task", "started", "ended", "duration"):
+        np.testing.assert_array_equal(getattr(typed_data, key), getattr(plain_data, key))
+    for key in ("task", "number", "status", "lane", "started", "ended"):
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+    for key in _data.RESOURCES:
+        np.testing.assert_array_equal(a.resources[key], b.resources[key])
+        assert 0 < np.isnan(a.resources[key]).sum() < len(a.task)  # some recorded, some not
+    assert a.lanes == b.lanes and typed_data.failures == plain_data.failures
+    assert typed_data.interruption_causes == plain_data.interruption_causes
+    assert list(typed_data.results) == list(plain_data.results) == [
+        "energy", "D", "residual", "iterations", "chi2"]
+    for key, column in typed_data.results.items():
+        np.testing.assert_array_equal(column, plain_data.results[key])
+    assert list(typed_data.item_fields) == list(plain_data.item_fields) == ["temperature"]
+    np.testing.assert_array_equal(typed_data.item_fields["temperature"],
+                                  plain_data.item_fields["temperature"])
 
 
 def test_errors_name_the_file_and_exit_2(tmp_path):
