@@ -20,9 +20,10 @@ How a chunk is checked: `campaign._records.valid_columns` checks the whole chunk
 C-level operations over its columns (no Python code per record), and its columns are kept for
 the caller (`blocks`): `campaign status` and `campaign report` count them without a second pass
 over the records. Only a chunk it does not find valid is checked record by record, which names
-the task and the field. `campaign status` reads `Scan.typed_blocks` instead: each block parsed
-and checked in one pass into typed records (`campaign._typed`, about a third less CPU time);
-a chunk that the journal or a fragment changes, or that the typed parse doubts, as above.
+the task and the field. `campaign status` and `campaign report` read `Scan.typed_blocks`
+instead: each block parsed and checked in one pass into typed records (`campaign._typed`, about
+a third less CPU time; the report also reads the attempts' resource fields from them); a chunk
+that the journal or a fragment changes, or that the typed parse doubts, as above.
 
 Array workers' fragments not yet merged are applied to the records as they stream by
 (`Overlay`), as `campaign._array.overlay` applies them to a whole document.

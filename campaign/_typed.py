@@ -1,4 +1,5 @@
-"""A block of task records parsed and checked in one pass into typed records (`campaign status`).
+"""A block of task records parsed and checked in one pass into typed records (`campaign status`,
+`campaign report`).
 
 `campaign._scan.Scan.blocks` parses a block of records with ``orjson`` into dicts, then checks
 their fields over the chunk's columns (`campaign._records.valid_columns`). `decode` here parses
