@@ -3,13 +3,14 @@
 For each size, in the same run, each step in a fresh subprocess (its own peak memory):
 
 - first run: ``checkpointed_map`` (serial) of N no-op tasks on a new ledger: us per task,
-  peak driver RSS, ledger bytes written per task, whole-file rewrites (compactions);
+  peak driver RSS (sampled as well: see `drive`), ledger bytes written per task, whole-file
+  rewrites (compactions);
 - crash: the same campaign on another new ledger, SIGKILLed at a random instant (between 30 %
   and 80 % of the first run's time): of the tasks finished 1 s before the kill (the child
   prints its count every 1,000 tasks), the fraction on disk after it (`read_ledger`, which
   merges the journal), and how long before the kill the latest outcome on disk ended;
 - resume after the kill: ``checkpointed_map`` again on that killed ledger (its journal beside
-  it, tasks left running): time, tasks run, peak driver RSS (sampled: see `drive`);
+  it, tasks left running): time, tasks run, peak driver RSS;
 - no-op resume: ``checkpointed_map`` again on the finished ledger: time, rewrites, bytes;
 - ``campaign status`` on the finished ledger: wall and CPU time, peak RSS.
 
@@ -95,9 +96,10 @@ def _reap(proc: subprocess.Popen, begun: float) -> dict[str, Any]:
 
 def drive(n: int, ledger: Path) -> dict[str, Any]:
     """``checkpointed_map`` of ``n`` no-op tasks in a child on ``ledger``: its facts, CPU time,
-    its VmHWM at its end (``rss``) and its largest VmRSS sampled every 20 ms (``sampled``: the
-    serial scheduler resets VmHWM before each task to measure it, so ``rss`` misses what the
-    driver held before its last task, e.g. while it read the ledger)."""
+    and its peak RSS (``rss``): the larger of its VmHWM at its end and its largest VmRSS
+    sampled every 20 ms (the serial scheduler resets VmHWM before each task to measure it, so
+    VmHWM alone misses what the driver held before its last task, e.g. while it read the
+    ledger)."""
     proc, begun = _child([sys.executable, "-c", _DRIVER, str(n), str(ledger), "0"])
     peak, reaped = [0], threading.Event()
     sampler = threading.Thread(target=_sample_rss, args=(proc.pid, peak, reaped), daemon=True)
@@ -108,7 +110,7 @@ def drive(n: int, ledger: Path) -> dict[str, Any]:
     if got["rc"] != 0:
         raise SystemExit(f"driver failed ({got['rc']}): {got['err'].decode()[-2000:]}")
     facts = orjson.loads(got["out"].splitlines()[-1])
-    return dict(facts, rss=facts["hwm"], sampled=peak[0], cpu=got["cpu"],
+    return dict(facts, rss=max(facts["hwm"], peak[0]), cpu=got["cpu"],
                 size=ledger.stat().st_size)
 
 
@@ -291,7 +293,7 @@ def one_size(n: int, folder: Path, rng: random.Random) -> None:
     resumed = drive(n, folder / f"crash-{n}.json")
     print(f"[{n}] resume after the SIGKILL: {resumed['wall']:.1f} s (CPU {resumed['cpu']:.1f} "
           f"s), {resumed['ran']} tasks run, {crashed['accepted_on_disk']} kept, peak driver RSS "
-          f"{_mb(resumed['sampled'])} (sampled), {resumed['compactions']} whole-file rewrites",
+          f"{_mb(resumed['rss'])}, {resumed['compactions']} whole-file rewrites",
           flush=True)
     again = drive(n, ledger)
     print(f"[{n}] no-op resume: {again['wall']:.2f} s (CPU {again['cpu']:.1f} s), "

@@ -255,11 +255,13 @@ class GroupCommit:
         if self._need_whole:
             return None, set(), False
         tasks = self.store
-        parts = tasks.parts([tid for tid in self._dirty if tid in tasks])
-        size = sum(map(len, parts))
-        if (self._journal_bytes + size >= self.compact_fraction * self._file_bytes
+        ids = [tid for tid in self._dirty if tid in tasks]
+        # sized before it is built: a line that is not appended is never made (the first
+        # commit of a large campaign holds every pending record, as large as the file)
+        if (self._journal_bytes + tasks.parts_size(ids) >= self.compact_fraction * self._file_bytes
                 and time.monotonic() >= self._compact_after):
             return None, set(), False
+        parts = tasks.parts(ids)
         now = self.doc["updated"] = time.time()
         line = _journal.encode(generation, now, parts,
                                self.doc["runs"] if self._meta_dirty else None)

@@ -61,3 +61,10 @@ def test_campaign_results_are_a_sequence_equal_to_the_list_of_results(tmp_path):
     on_disk = read_ledger(tmp_path / "l.json")["tasks"]
     assert {tid: camp.records[tid]["result"] for tid in camp.records} == {
         tid: rec["result"] for tid, rec in on_disk.items()}
+
+
+def test_the_journal_parts_size_is_their_length_before_they_are_built():
+    store = RecordStore({f"t{i}": _record(i) for i in range(50)})
+    ids = [f"t{i}" for i in range(0, 50, 3)]
+    size = store.parts_size(ids)  # encodes the records it sizes (kept as bytes), builds no part
+    assert size == sum(map(len, store.parts(ids))) > 0
