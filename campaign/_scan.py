@@ -1,10 +1,8 @@
 """A streaming scan of a ledger file: its records chunk by chunk, checked, in bounded memory.
 
-`campaign status`, `results` and `failures` read every record once and keep only what they
-report. Parsing the whole file (`campaign.read_ledger`) holds every record as Python objects at
-once (about 3 GB for a million tasks); this module reads the file in blocks and parses the task
-records a block at a time, so the memory used is that of one block's records plus what the
-caller keeps.
+The `campaign` commands and a driver's load read every record once and keep only what they
+need. Parsing the whole file holds every record as Python objects at once (about 3 GB for a
+million tasks); this reads it a block at a time: one block's records in memory at once.
 
 How a block is split: the ledger's writer puts ``"tasks"`` last and writes each record as
 ``"<task id>":{"status":...``. A block is cut before the last ``},"<id>":{"status":"`` in it and
@@ -16,14 +14,13 @@ Every chunk is checked exactly as `campaign.read_ledger` checks the whole file
 cannot split (written by hand, pretty-printed, ``"tasks"`` not last) is read whole with
 `campaign._document.read` instead: the same answer, without the memory bound.
 
-How a chunk is checked: `campaign._records.valid_columns` checks the whole chunk at once with
-C-level operations over its columns (no Python code per record), and its columns are kept for
-the caller (`blocks`): `campaign status` and `campaign report` count them without a second pass
-over the records. Only a chunk it does not find valid is checked record by record, which names
-the task and the field. `campaign status` and `campaign report` read `Scan.typed_blocks`
-instead: each block parsed and checked in one pass into typed records (`campaign._typed`, about
-a third less CPU time; the report also reads the attempts' resource fields from them); a chunk
-that the journal or a fragment changes, or that the typed parse doubts, as above.
+How a chunk is checked: `campaign._records.valid_columns` checks it at once with C-level
+operations over its columns, which are kept for the caller (`blocks`); only a chunk it does not
+find valid is checked record by record, which names the task and the field. `campaign status`
+and `campaign report` read `Scan.typed_blocks`: each block parsed and checked in one pass into
+typed records (`campaign._typed`, about a third less CPU; the report reads the attempts'
+resource fields from them); a chunk the journal or a fragment changes, or that the typed parse
+doubts, goes as above.
 
 Array workers' fragments not yet merged are applied to the records as they stream by
 (`Overlay`), as `campaign._array.overlay` applies them to a whole document.
