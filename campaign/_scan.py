@@ -144,11 +144,11 @@ class Scan:
 
     def typed_blocks(self, plain: Callable[[dict[str, Any]], bool] | None = None
                      ) -> Iterator[tuple[dict[str, Any], Columns]]:
-        """`blocks` for a reader of the columns and the task ids only (`campaign status`),
-        parsed and checked in one pass (`campaign._typed`): each chunk's records are
-        `campaign._typed.Record`s, not dicts, and its `Columns` hold the values `blocks`
-        gives. A chunk the journal changes, one for which ``plain(chunk)`` is true, and one
-        the typed parse refuses or doubts come with record dicts, as `blocks` gives them."""
+        """`blocks` parsed and checked in one pass (`campaign._typed`; `campaign status` and
+        `campaign report`): each chunk's records are `campaign._typed.Record`s, not dicts,
+        and its `Columns` hold the values `blocks` gives. A chunk the journal changes, one for
+        which ``plain(chunk)`` is true, and one the typed parse refuses or doubts come with
+        record dicts, as `blocks` gives them."""
         return self._stream(plain or _never)
 
     def _stream(self, plain: Callable[[dict[str, Any]], bool] | None
