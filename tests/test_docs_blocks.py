@@ -30,8 +30,12 @@ import ast
 import json
 import re
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+if __name__ == "__main__":  # run as a script: the project first, before tests/ (whose folders
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # named like packages hide them)
 
 import pytest
 

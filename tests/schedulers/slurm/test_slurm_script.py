@@ -1,7 +1,7 @@
 """Job-array scripts, Slurm commands, job states and polling, against a real Slurm.
 
-The rendered scripts are compared byte for byte with tests/schedulers/slurm/slurm_reference/*.sh. After an
-intended change of `render_array_script`, rewrite them and review the diff:
+The rendered scripts are compared byte for byte with tests/schedulers/slurm/slurm_reference/*.sh.
+After an intended change of `render_array_script`, rewrite them and review the diff:
 
     python tests/schedulers/slurm/test_slurm_script.py --regenerate
 """
@@ -15,6 +15,9 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+if __name__ == "__main__":  # run as a script: the project, then tests/ (testkit), come first
+    sys.path[:0] = [str(Path(__file__).resolve().parents[i]) for i in (3, 2)]
 
 import pytest
 from testkit import PATIENCE, require
