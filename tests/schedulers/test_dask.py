@@ -87,8 +87,8 @@ def test_killed_worker_processes_tasks_rerun_nothing_run_twice_after_acceptance(
     ledger, marks = tmp_path / "l.json", tmp_path / "marks"
     marks.mkdir()
     sched_file = tmp_path / "scheduler.json"
-    env = child_env()  # the workers import this module's functions: same environment
-    env["PYTHONPATH"] += os.pathsep + str(Path(__file__).parent)
+    env = child_env()  # the workers import daskkit's task functions (in tests/): same environment
+    env["PYTHONPATH"] += os.pathsep + str(Path(__file__).resolve().parents[1])
     procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
                                "--dashboard-address", "127.0.0.1:0",
                                "--scheduler-file", str(sched_file)], env=env,
@@ -118,6 +118,7 @@ def test_killed_worker_processes_tasks_rerun_nothing_run_twice_after_acceptance(
             "    time.sleep(0.01)\n"
             "os.kill(pid, signal.SIGKILL)\n"
             f"pathlib.Path({str(release)!r}).touch()\n")])
+        procs.append(killer)  # stopped with the others if the test fails
         camp = checkpointed_map(noted, items, ledger_path=ledger,
                                 execution="dask", scheduler_address=address)
         killer.wait(timeout=PATIENCE)
