@@ -193,17 +193,20 @@ def status(ledger: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- array claimers
-def claim_loop(ledger: Path, submission: str, ids: list[str], name: str) -> list[str]:
-    """What `campaign worker` does per task, with a task that takes no time: claim the lease,
-    write the outcome as a fragment, mark it done and release. Returns the ids it ran."""
+def claim_loop(ledger: Path, submission: str, ids: list[str], name: str,
+               share: tuple[int, int]) -> list[str]:
+    """What `campaign worker` does per task, with a task that takes no time: walk the task list
+    from its share (`claim_order`), pass what others ended (`WorkDir.not_done`), claim the
+    lease, write the outcome as a fragment, mark it done and release. Returns the ids it ran."""
     from campaign import _records
     from campaign._array import WorkDir
+    from campaign._array_worker import claim_order
 
     work = WorkDir(ledger, submission, lease_seconds=600.0)
     owner = {"worker": name, "job": None, "array_task": None, "host": "bench",
              "pid": os.getpid()}
     ran = []
-    for tid in ids:
+    for tid in work.not_done(claim_order(ids, share)):
         lease = work.claim(tid, owner)
         if lease is None:
             continue
@@ -218,8 +221,9 @@ def claim_loop(ledger: Path, submission: str, ids: list[str], name: str) -> list
     return ran
 
 
-def _claim_process(ledger: str, submission: str, ids: list[str], name: str, out: str) -> None:
-    Path(out).write_bytes(orjson.dumps(claim_loop(Path(ledger), submission, ids, name)))
+def _claim_process(ledger: str, submission: str, ids: list[str], name: str,
+                   share: tuple[int, int], out: str) -> None:
+    Path(out).write_bytes(orjson.dumps(claim_loop(Path(ledger), submission, ids, name, share)))
 
 
 def claimers(folder: Path, n: int, count: int, mode: str) -> dict[str, Any]:
@@ -238,7 +242,7 @@ def claimers(folder: Path, n: int, count: int, mode: str) -> dict[str, Any]:
         results: list[list[str]] = [[] for _ in range(count)]
 
         def one(i: int) -> None:
-            results[i] = claim_loop(ledger, sub.id, ids, f"w{i}")
+            results[i] = claim_loop(ledger, sub.id, ids, f"w{i}", (i, count))
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
         for t in threads:
@@ -249,7 +253,8 @@ def claimers(folder: Path, n: int, count: int, mode: str) -> dict[str, Any]:
         ctx = multiprocessing.get_context("fork")
         outs = [folder / f"ran-{mode}-{i}.json" for i in range(count)]
         procs = [ctx.Process(target=_claim_process, args=(str(ledger), sub.id, ids, f"p{i}",
-                                                          str(out))) for i, out in enumerate(outs)]
+                                                          (i, count), str(out)))
+                 for i, out in enumerate(outs)]
         for p in procs:
             p.start()
         for p in procs:

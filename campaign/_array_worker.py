@@ -49,6 +49,36 @@ def slurm_owner() -> dict[str, Any]:
     return {"worker": worker, "job": job, "array_task": index, "host": HOST, "pid": os.getpid()}
 
 
+def array_share() -> tuple[int, int] | None:
+    """(this element's position, the array's element count) from Slurm's environment, or None
+    outside a job array (or when Slurm does not say)."""
+    try:
+        index = int(os.environ["SLURM_ARRAY_TASK_ID"])
+        count = int(os.environ["SLURM_ARRAY_TASK_COUNT"])
+        first = int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+        step = int(os.environ.get("SLURM_ARRAY_TASK_STEP", "1")) or 1
+    except (KeyError, ValueError):
+        return None
+    position = (index - first) // step
+    return (position, count) if 0 <= position < count else None
+
+
+def claim_order(task_ids: list[str], share: tuple[int, int] | None = None) -> list[str]:
+    """The order in which a worker tries to claim the tasks: the list turned to begin at the
+    worker's own share of it, element ``i`` of ``n`` at ``i * N // n`` (``share=(i, n)``) and
+    a worker that does not know its place at a random one. Workers that start together then
+    claim different tasks instead of all racing for the first, and a worker that ends its share
+    goes on into the next one, taking what its owner has not run yet."""
+    if not task_ids:
+        return []
+    if share is None:
+        start = random.randrange(len(task_ids))
+    else:
+        i, n = share
+        start = i * len(task_ids) // n
+    return task_ids[start:] + task_ids[:start]
+
+
 @dataclass
 class WorkerSummary:
     """What one `run_worker` did: attempts run, tasks accepted, failed and interrupted, and the
@@ -106,18 +136,20 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
     last_merge = time.monotonic()
     logger.info("worker %s: %d tasks in submission %s", owner["worker"], len(task_ids), submission)
     with beat, signals_raise(signal.SIGUSR1, signal.SIGTERM, swallow=True) as stop:
-        left = [tid for tid in task_ids if tid in tasks and tasks[tid]["status"] != ACCEPTED]
+        left = [tid for tid in claim_order(task_ids, array_share())
+                if tid in tasks and tasks[tid]["status"] != ACCEPTED]
+        work = claims.leases.work
         while left and stop.signum is None:
-            waiting = []
-            for tid in left:
+            waiting, claimed = [], False
+            for tid in work.not_done(left):
                 if stop.signum is not None or (max_tasks is not None and summary.ran >= max_tasks):
                     return _finish(claims, stop, ledger)
                 lease = claims.leases.claim(tid, owner)
-                if lease is None:
-                    if not claims.leases.work.is_done(tid):
-                        waiting.append(tid)  # another worker holds it: if it dies, reclaim
+                if lease is None:  # another worker holds it (if it dies, reclaim) or just ended it
+                    waiting.append(tid)
                     continue
-                rec = claims.leases.work.newest(tid, tasks[tid])
+                claimed = True
+                rec = work.newest(tid, tasks[tid])
                 if "stolen_from" in lease:
                     again = claims.lost(tid, rec, lease)
                     if again is None:
@@ -129,7 +161,7 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
                 if time.monotonic() - last_merge > merge_every:
                     _merge(ledger, wait=False)
                     last_merge = time.monotonic()
-            if waiting and len(waiting) == len(left):  # nothing claimable now: wait a little
+            if waiting and not claimed:  # nothing claimable now: wait a little
                 time.sleep(min(lease_seconds / 4, 2.0))
             left = waiting
     return _finish(claims, stop, ledger)

@@ -26,6 +26,7 @@ import hashlib
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +88,36 @@ class WorkDir:
     # ------------------------------------------------------------------ done marks
     def is_done(self, task_id: str) -> bool:
         """Ended in this submission, or accepted in any (another may run beside it)."""
-        key = task_key(task_id)
-        return (self.done / key).exists() or (self.accepted / key).exists()
+        return self._is_done(task_key(task_id))
+
+    def _is_done(self, key: str) -> bool:
+        # os.path on strings: half the cost of Path's, paid for every task a worker passes
+        return os.path.exists(f"{self.done}/{key}") or os.path.exists(f"{self.accepted}/{key}")
+
+    def not_done(self, task_ids: list[str]) -> Iterator[str]:
+        """The tasks of ``task_ids``, in order, that have not ended (`is_done`) when reached:
+        what a worker tries to claim.
+
+        Each costs a lookup or two. Once a worker has looked up as many ended tasks as a third
+        of ``done/`` held when last listed (at first, a third of the list), it lists ``done/``
+        and skips, without a lookup, every task that has ended since: a worker that reaches the
+        shares that other workers ran need not look each of their tasks up. A listing costs
+        about a third of a lookup per name (0.56 against 1.9 µs on a local ext4), so the
+        listings cost at most what the lookups they follow did."""
+        ended: set[str] = set()
+        budget = max(64, len(task_ids) // 3)  # the lookups of ended tasks that pay for a listing
+        looked = 0
+        for task_id in task_ids:
+            key = task_key(task_id)
+            if key in ended:
+                continue
+            if self._is_done(key):
+                looked += 1
+                if looked >= budget:
+                    ended = set(os.listdir(self.done))
+                    looked, budget = 0, max(64, len(ended) // 3)
+                continue
+            yield task_id
 
     def mark_done(self, task_id: str, *, accepted: bool) -> None:
         """The task ended in this submission (accepted: in every submission)."""

@@ -113,18 +113,19 @@ def test_a_killed_workers_task_is_reclaimed_after_its_lease_expires(tmp_path):
 def test_a_signal_releases_the_running_task_as_interrupted(tmp_path, signum):
     ledger, spec, sid = setup(tmp_path, 6, 0.01, hang_in="0")  # element 0 holds its task
     proc = start_worker(spec, sid, 0)
-    wait_until(lambda: began_a_task(tmp_path / "marks"), "the worker to begin a task")
+    (mark,) = wait_until(lambda: began_a_task(tmp_path / "marks"), "the worker to begin a task")
+    held = mark.name.split(".")[0]  # the task it hangs in (where it starts: `claim_order`)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and f"stopped by signal {int(signum)}" in err
     tasks = read_ledger(ledger)["tasks"]
-    assert tasks["t000"]["status"] == "interrupted"
-    assert signal.Signals(signum).name in tasks["t000"]["error"]["message"]
+    assert tasks[held]["status"] == "interrupted"
+    assert signal.Signals(signum).name in tasks[held]["error"]["message"]
     assert not list(work_root(ledger).glob("leases/*.json"))  # released at once
     finish([start_worker(spec, sid, 1)])
     tasks = read_ledger(ledger)["tasks"]
     assert all(rec["status"] == "accepted" for rec in tasks.values())
-    assert tasks["t000"]["attempts"] == 2 and tasks["t000"]["worker"] == "777_1"
+    assert tasks[held]["attempts"] == 2 and tasks[held]["worker"] == "777_1"
 
 
 def test_a_driver_is_refused_while_workers_hold_leases(tmp_path):
@@ -132,13 +133,14 @@ def test_a_driver_is_refused_while_workers_hold_leases(tmp_path):
 
     ledger, spec, sid = setup(tmp_path, 4, 0.01, hang_in="0")  # element 0 holds its task
     proc = start_worker(spec, sid, 0)
-    wait_until(lambda: began_a_task(tmp_path / "marks"), "the worker to begin a task")
+    (mark,) = wait_until(lambda: began_a_task(tmp_path / "marks"), "the worker to begin a task")
+    held = mark.name.split(".")[0]
     with pytest.raises(DriverBusyError, match="array worker"):
         checkpointed_map(lambda it: {}, [{"task_id": "t000"}], ledger_path=ledger)
     status = subprocess.run([PYTHON, "-m", "campaign._cli", "status", str(ledger)],
                             env=child_env(), capture_output=True, text=True, timeout=60)
     assert status.returncode == 0, status.stderr
-    line = next(x for x in status.stdout.splitlines() if x.strip().startswith("t000"))
+    line = next(x for x in status.stdout.splitlines() if x.strip().startswith(held))
     assert "worker 777_0" in line  # which array element holds which task
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=120)
