@@ -69,13 +69,11 @@ fi
 matrix_dir="$(mktemp -d "${TMPDIR:-/tmp}/diffsoup-jax-matrix.XXXXXX")"
 trap 'rm -rf "$matrix_dir"' EXIT
 
-# Installed and tested in a copy of the tree (the files git tracks or does not ignore, as they
-# are now): its build (egg-info, the compiled extension) and __pycache__ stay out of this
-# checkout, so another pass can install and test in it at the same time (.ci/run runs one beside).
+# Installed and tested in a copy of the tree (scripts/ci-lib.sh), beside the main pass.
 echo "== jax matrix: a copy of the tree in $matrix_dir/src"
-mkdir "$matrix_dir/src"
-git ls-files -z --cached --others --exclude-standard \
-    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$matrix_dir/src"
+# shellcheck source=scripts/ci-lib.sh
+source scripts/ci-lib.sh
+copy_tree "$matrix_dir/src"
 cd "$matrix_dir/src"
 
 echo "== jax matrix: $py312 -m venv $matrix_dir/venv"
