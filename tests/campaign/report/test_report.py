@@ -175,7 +175,9 @@ def test_job_array_with_unmerged_fragments(tmp_path):
     items = [{"task_id": f"a{i}", "x": i, **({"hold": str(hold)} if i == 6 else {}),
               **({"fail": "ValueError"} if i == 2 else {})} for i in range(7)]
     sub = prepare_submission(items, ledger_path=ledger)
-    env = dict(child_env(), SLURM_ARRAY_JOB_ID="4242", SLURM_ARRAY_TASK_ID="0")
+    # element 0 of a one-element array (as Slurm says): it takes the tasks in order, a6 last
+    env = dict(child_env(), SLURM_ARRAY_JOB_ID="4242", SLURM_ARRAY_TASK_ID="0",
+               SLURM_ARRAY_TASK_COUNT="1")
     worker = subprocess.Popen([PYTHON, "-m", "campaign._cli", "worker", str(spec), "--submission",
                                sub.id, "--merge-every", "3600"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
