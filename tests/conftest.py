@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -12,6 +13,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import testkit` fro
 # Emulated CPU devices for the solver tests, read when a JAX backend starts (whichever test
 # starts it first); without JAX this does nothing.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# A suite started as a background job of a shell without job control (`pytest &` in a script, as
+# CI may run it) inherits SIGINT ignored, and so would every driver it starts: Python leaves an
+# ignored SIGINT ignored, and the tests' Ctrl-C would never arrive. The tests mean a terminal's.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -66,6 +66,14 @@ def start(*args: Any, cwd: Path) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True)
 
 
+def end(proc: subprocess.Popen[str]) -> None:
+    """Kill ``proc`` if it still runs, reap it and close its pipes: a test that failed while
+    its driver ran leaves no process for the next test to find."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+
+
 def write_model(folder: Path) -> Path:
     path = folder / "model.py"
     path.write_text(MODEL)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cli_data.cli_helpers import (
     campaign,
+    end,
     read_doc,
     spec_file,
     start,
@@ -122,7 +123,7 @@ def test_a_never_started_task_takes_its_edited_item(tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=PATIENCE)
     finally:
-        proc.kill()
+        end(proc)
     before = read_doc(tmp_path / "l.json")["tasks"]
     assert [r["status"] for r in before.values()] == ["accepted", "interrupted", "pending",
                                                       "pending"]

@@ -12,6 +12,7 @@ from cli_data.cli_helpers import (
     accepted_count,
     campaign,
     console_script,
+    end,
     env,
     read_doc,
     start,
@@ -83,7 +84,7 @@ def test_sigint_mid_run_records_the_interruption_and_resume_finishes(tmp_path):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
-        proc.kill()
+        end(proc)
     assert proc.returncode == 130, err
     assert "Resume with: campaign run model.py:fit --items items.json --ledger runs.json" in err
     doc = read_doc(ledger)
@@ -110,7 +111,7 @@ def test_sigterm_mid_run_exits_143_after_writing_the_ledger(tmp_path):
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:
-        proc.kill()
+        end(proc)
     assert proc.returncode == 143, err
     assert "stopped by SIGTERM" in err
     # the resume command drops --no-resume, which would start over
