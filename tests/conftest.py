@@ -20,6 +20,12 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``both_cores`` run last, in their order: the rest of the suite then runs
+    beside nothing of theirs (and in CI, the JAX matrix beside the suite ends first)."""
+    items.sort(key=lambda item: item.get_closest_marker("both_cores") is not None)
+
+
 @pytest.fixture
 def ledger(tmp_path: Path) -> Path:
     return tmp_path / "campaign.json"

@@ -12,6 +12,8 @@ accepted with the same result and is never run again, no task is recorded failed
 fails) and no task has more interruptions than kills could have caused; resuming finishes every
 task, leaving no journal.
 
+The three executions' loops run at the same time, each in a thread of its own (`loops`), and
+after the rest of the suite (marked ``both_cores``): together they keep both cores busy.
 ``DIFFSOUP_CRASH_KILLS`` sets the number of kills for every execution (default: `KILLS`).
 """
 
@@ -22,7 +24,10 @@ import os
 import random
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,12 +59,6 @@ class Tally:
     #: records found ``running`` after each driver kill: each becomes interrupted (DriverLost)
     #: when the next driver takes over (counted again if that one is killed first)
     left_running: int = 0
-
-
-def same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(
-        (math.isnan(x) and math.isnan(y)) if isinstance(x, float) and x != x else x == y
-        for x, y in ((a[k], b[k]) for k in a))
 
 
 def check(ledger: Path, log: Path, accepted: dict[str, dict], child_pid: int,
@@ -169,30 +168,43 @@ def wait_to_kill(proc: subprocess.Popen, log: Path, execution: str, rng: random.
     return False
 
 
-#: Every driver started, so that a failing test kills what is left of them.
-STARTED: list[subprocess.Popen] = []
+class Stopped(Exception):
+    """The module's tests ended while a loop still ran (one failed or timed out)."""
 
 
-def start(ledger: Path, log: Path, execution: str) -> subprocess.Popen:
-    # its own process group: whatever it leaves behind is killed with it (a worker of
-    # ``processes`` leads a group of its own and must die by itself)
-    with open(ledger.with_name("drivers.err"), "ab") as err:  # what every driver said, in turn
-        proc = subprocess.Popen([PYTHON, str(CHILD), str(ledger), str(log),
-                                 str(TASKS[execution]), execution], env=child_env(),
-                                stdout=subprocess.PIPE, stderr=err, text=True,
-                                start_new_session=True)
-    STARTED.append(proc)
-    return proc
+class Drivers:
+    """The drivers one loop started: `start` refuses to start one once `stop` was called, and
+    `stop` kills every one still running (each with its process group)."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started: list[subprocess.Popen] = []
+        self._stopped = False
 
-@pytest.fixture
-def drivers_ended():
-    yield
-    while STARTED:
-        proc = STARTED.pop()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    def start(self, ledger: Path, log: Path, execution: str) -> subprocess.Popen:
+        with self._lock:
+            if self._stopped:
+                raise Stopped
+            # its own process group: whatever it leaves behind is killed with it (a worker of
+            # ``processes`` leads a group of its own and must die by itself)
+            with open(ledger.with_name("drivers.err"), "ab") as err:  # what each driver said
+                proc = subprocess.Popen([PYTHON, str(CHILD), str(ledger), str(log),
+                                         str(TASKS[execution]), execution], env=child_env(),
+                                        stdout=subprocess.PIPE, stderr=err, text=True,
+                                        start_new_session=True)
+            self._started.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            started, self._started = self._started, []
+        for proc in started:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 def said(ledger: Path) -> str:
@@ -223,19 +235,39 @@ def check_finished(folder: Path, ledger: Path, log: Path, accepted: dict[str, di
     return len(ran) - len(tasks)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("execution", list(KILLS))
-def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution, drivers_ended):
-    kills_wanted = int(os.environ.get("DIFFSOUP_CRASH_KILLS", KILLS[execution]))
-    rng = random.Random(20261130)
-    kills = worker_kills = campaigns = reruns = aimed = total = 0
-    landed = dict.fromkeys(MOMENTS, 0)  # driver kills that landed at each moment
-    deadline = math.inf  # for kills aimed at a moment, if it comes to that
-    began = time.monotonic()
-    while kills < kills_wanted or not all(landed.values()):
-        campaigns += 1
-        folder = tmp_path / f"c{campaigns}"
+class Loop:
+    """One execution's kills, campaign after campaign, until it has its `KILLS` and a driver
+    kill at each of the `MOMENTS` (aimed at a moment that no random kill hit)."""
+
+    def __init__(self, execution: str, tmp: Path, drivers: Drivers):
+        self.execution, self.tmp, self.drivers = execution, tmp, drivers
+        self.wanted = int(os.environ.get("DIFFSOUP_CRASH_KILLS", KILLS[execution]))
+        self.rng = random.Random(20261130)
+        self.kills = self.worker_kills = self.campaigns = self.reruns = self.aimed = 0
+        self.landed = dict.fromkeys(MOMENTS, 0)  # driver kills that landed at each moment
+        self.deadline = math.inf  # for kills aimed at a moment, if it comes to that
+
+    def more(self) -> bool:
+        return self.kills < self.wanted or not all(self.landed.values())
+
+    def run(self) -> str:
+        """Every campaign, checked after each of its drivers and once finished; the summary."""
+        began = time.monotonic()
+        while self.more():
+            self.campaign()
+        landed = self.landed
+        return (f"{self.execution}: {self.kills} SIGKILLs ({self.kills - self.worker_kills} of "
+                f"the driver, {self.aimed} of them aimed; {self.worker_kills} of a dask worker) "
+                f"over {self.campaigns} campaigns in {time.monotonic() - began:.0f} s, "
+                f"{landed['write']} during a whole-file write, {landed['journal']} with outcomes "
+                f"in the journal, {landed['compaction']} during a compaction; "
+                f"{self.campaigns * TASKS[self.execution]} tasks accepted, none lost, none "
+                f"failed; {self.reruns} calls of fn again for tasks killed before they were "
+                "recorded")
+
+    def campaign(self) -> None:
+        self.campaigns += 1
+        folder = self.tmp / f"c{self.campaigns}"
         folder.mkdir()
         ledger, log = folder / "ledger.json", folder / "calls.log"
         accepted: dict[str, dict] = {}
@@ -244,41 +276,8 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution, drivers_en
         finished = False
         while not finished:
             before = set(accepted)
-            proc = ready(start(ledger, log, execution))
-            while kills < kills_wanted or not all(landed.values()):  # until this driver ends
-                # the first moment none of the random kills landed at
-                aim = None if kills < kills_wanted else next(m for m, n in landed.items() if not n)
-                if aim:
-                    deadline = min(deadline, time.monotonic() + PATIENCE)
-                    assert time.monotonic() < deadline, \
-                        f"{kills} kills, none at the moment {aim!r}, even aimed at it: {landed}"
-                if not wait_to_kill(proc, log, execution, rng, aim):
-                    proc.wait()
-                    assert proc.returncode == 0, (proc.returncode, said(ledger))
-                    finished = True
-                    break
-                share = DRIVER_SHARE[execution]
-                if aim is None and share < 1 and rng.random() >= share:
-                    workers = wait_for_workers(log, proc)
-                    try:
-                        os.kill(rng.choice(workers), signal.SIGKILL)
-                    except (IndexError, ProcessLookupError):  # the driver or worker ended first
-                        continue
-                    kills += 1
-                    worker_kills += 1
-                    tally.worker_kills += 1
-                    continue  # the driver runs on
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                kills += 1
-                killed.add(proc.pid)
-                aimed += aim is not None
-                for moment, seen in MOMENTS.items():
-                    landed[moment] += seen(folder)
-                break
-            if not finished and proc.returncode is None:  # left to finish unharmed
-                assert proc.wait(timeout=PATIENCE) == 0, (proc.returncode, said(ledger))
-                finished = True
+            proc = ready(self.drivers.start(ledger, log, self.execution))
+            finished = self.until_killed(proc, folder, killed, tally)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -289,20 +288,81 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, execution, drivers_en
                 tally.left_running += sum(rec["status"] == "running"
                                           for rec in read_ledger(ledger)["tasks"].values())
             check(ledger, log, accepted, proc.pid, before, tally)
-            if kills >= kills_wanted and all(landed.values()) and not finished:  # unharmed
+            if not finished and not self.more():  # the last kill: one more driver, unharmed
                 before = set(accepted)
-                proc = ready(start(ledger, log, execution))
+                proc = ready(self.drivers.start(ledger, log, self.execution))
                 assert proc.wait(timeout=PATIENCE) == 0, (proc.returncode, said(ledger))
                 assert proc.stdout is not None
                 proc.stdout.close()
                 check(ledger, log, accepted, proc.pid, before, tally)
                 finished = True
-        again = check_finished(folder, ledger, log, accepted, killed, execution)
-        reruns += again
-        total += TASKS[execution]
-    print(f"\n{execution}: {kills} SIGKILLs ({kills - worker_kills} of the driver, {aimed} of "
-          f"them aimed; {worker_kills} of a dask worker) over {campaigns} campaigns in "
-          f"{time.monotonic() - began:.0f} s, {landed['write']} during a whole-file write, "
-          f"{landed['journal']} with outcomes in the journal, {landed['compaction']} during a "
-          f"compaction; {total} tasks accepted, none lost, none failed; {reruns} "
-          "calls of fn again for tasks killed before they were recorded")
+        self.reruns += check_finished(folder, ledger, log, accepted, killed, self.execution)
+
+    def until_killed(self, proc: subprocess.Popen, folder: Path, killed: set[int],
+                     tally: Tally) -> bool:
+        """Kill ``proc``'s workers (dask) and then ``proc``, at random moments or aimed at one;
+        False once it was killed, True if it finished its campaign (it is left to finish once
+        no more kills are wanted)."""
+        log = folder / "calls.log"
+        while self.more():
+            # the first moment none of the random kills landed at
+            aim = (None if self.kills < self.wanted
+                   else next(m for m, n in self.landed.items() if not n))
+            if aim:
+                self.deadline = min(self.deadline, time.monotonic() + PATIENCE)
+                assert time.monotonic() < self.deadline, \
+                    f"{self.kills} kills, none at the moment {aim!r}, even aimed at it: " \
+                    f"{self.landed}"
+            if not wait_to_kill(proc, log, self.execution, self.rng, aim):
+                proc.wait()
+                assert proc.returncode == 0, (proc.returncode, said(folder / "ledger.json"))
+                return True
+            share = DRIVER_SHARE[self.execution]
+            if aim is None and share < 1 and self.rng.random() >= share:
+                workers = wait_for_workers(log, proc)
+                try:
+                    os.kill(self.rng.choice(workers), signal.SIGKILL)
+                except (IndexError, ProcessLookupError):  # the driver or worker ended first
+                    continue
+                self.kills += 1
+                self.worker_kills += 1
+                tally.worker_kills += 1
+                continue  # the driver runs on
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            self.kills += 1
+            killed.add(proc.pid)
+            self.aimed += aim is not None
+            for moment, seen in MOMENTS.items():
+                self.landed[moment] += seen(folder)
+            return False
+        assert proc.wait(timeout=PATIENCE) == 0, (proc.returncode, said(folder / "ledger.json"))
+        return True
+
+
+@pytest.fixture(scope="module")
+def loops(request, tmp_path_factory) -> Iterator[dict[str, Future[str]]]:
+    """The loop of every execution this session selected, all started at once, each in a
+    thread of its own: their drivers and workers keep both cores busy together, where one
+    loop alone leaves one core idle for much of its time. Each test waits for its own loop's
+    summary (or failure). When the module's tests end, the drivers still running are killed."""
+    selected = [item.callspec.params["execution"] for item in request.session.items
+                if item.module is request.module and hasattr(item, "callspec")]
+    drivers = {execution: Drivers() for execution in selected}
+    pool = ThreadPoolExecutor(len(selected), thread_name_prefix="sigkill-loop")
+    try:
+        yield {execution: pool.submit(Loop(execution, tmp_path_factory.mktemp(execution),
+                                           drivers[execution]).run)
+               for execution in selected}
+    finally:
+        for d in drivers.values():
+            d.stop()
+        pool.shutdown(wait=True)
+
+
+@pytest.mark.slow
+@pytest.mark.both_cores
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("execution", list(KILLS))
+def test_sigkill_at_random_moments_loses_nothing(execution, loops):
+    print(f"\n{loops[execution].result()}")
