@@ -95,10 +95,16 @@ def test_dask_records_cpu_and_peak_memory_per_attempt(ledger):
     check_usage(read_ledger(ledger)["tasks"])
 
 
-def test_array_worker_records_cpu_and_peak_memory(tmp_path):
+def test_array_worker_records_cpu_and_peak_memory(tmp_path, monkeypatch):
     from campaign._submit import prepare_submission
     from campaign._worker import run_worker
 
+    # element 0 of a one-element array (as Slurm says): it takes the tasks in order, "small"
+    # after "big"; a worker that does not know its place begins at a random task
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "1")
+    monkeypatch.delenv("SLURM_ARRAY_TASK_MIN", raising=False)
+    monkeypatch.delenv("SLURM_ARRAY_TASK_STEP", raising=False)
     ledger = tmp_path / "ledger.json"
     sub = prepare_submission(items_burn_big_small(), ledger_path=ledger)
     jax_before = "jax" in sys.modules
