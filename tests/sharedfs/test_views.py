@@ -6,7 +6,7 @@ from __future__ import annotations
 import fcntl
 
 import pytest
-from conftest import KINDS, LOCKLESS
+from sharedfskit import KINDS, LOCKLESS
 
 
 @pytest.mark.parametrize("kind", KINDS)
