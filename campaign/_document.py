@@ -21,6 +21,7 @@ from . import _journal
 from ._atomic import atomic_write, write_error_text
 from ._errors import LedgerError, LedgerWriteError
 from ._records import MISSING, records_problem, run_problem
+from ._stale import Unsettled, read_bytes, retried
 from ._status import FORMAT_NAME, FORMAT_VERSION
 from ._store import RecordStore, whole_file
 
@@ -89,15 +90,15 @@ def parse(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _parse_unchecked(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
-    if not data.strip():
-        raise LedgerError(
+    if not data.strip():  # Unsettled: a stale cache may explain it (`campaign._stale`)
+        raise Unsettled(
             f"ledger {path} is empty, so it is not a campaign ledger (a ledger is never written "
             "empty); move it away or pass another ledger_path"
         )
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise LedgerError(
+        raise Unsettled(
             f"ledger {path} is not valid JSON ({exc}); it may be truncated or corrupt. It was "
             "left untouched: restore it from a backup (a '.replaced-' or '.before-forget-' file "
             "beside it) or move it away to start over"
@@ -196,13 +197,17 @@ DiskState = tuple[int, int, int, int]
 
 def load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], DiskState]:
     """`read`, also returning the `DiskState` of what was read. The file is read first, then
-    its journal; if the file was replaced meanwhile (a compaction), both are read again."""
+    its journal; if the file was replaced meanwhile (a compaction), both are read again. A file
+    that reads empty, cut short or not JSON is read again for a while before it is refused
+    (`campaign._stale`: a shared file system's cache may be stale)."""
     path = Path(path)
+    return retried(path, lambda fresh: _load_once(path, fresh))
+
+
+def _load_once(path: Path, fresh: bool) -> tuple[dict[str, Any], DiskState]:
     for _ in range(20):
         try:
-            with open(path, "rb") as f:
-                data = f.read()
-                st = os.fstat(f.fileno())
+            data, st = read_bytes(path, fresh=fresh)
         except FileNotFoundError:
             raise LedgerError(f"no ledger at {path}: check the path") from None
         except OSError as exc:
@@ -216,7 +221,10 @@ def load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], DiskState]:
         if (now.st_ino, now.st_size, now.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns):
             break
     journal.apply(doc)
-    check(doc, path)
+    try:
+        check(doc, path)
+    except LedgerError as exc:  # a stale cache's mixture of two versions may parse
+        raise Unsettled(str(exc)) from None
     return doc, (st.st_ino, st.st_size, st.st_mtime_ns, journal.size)
 
 

@@ -41,6 +41,7 @@ import orjson
 from . import _document
 from ._errors import LedgerError
 from ._records import Columns, columns, merge, valid_columns
+from ._stale import FreshReader, open_fresh
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class Scan:
         self.path = Path(path)
         self.block = block
         try:
-            self._file = open(self.path, "rb")
+            self._file = open_fresh(self.path, self.block)
         except FileNotFoundError:
             raise LedgerError(f"no ledger at {self.path}: check the path") from None
         except OSError as exc:
@@ -75,13 +76,16 @@ class Scan:
         self._rest = b""
         self._journal: dict[str, Any] = {}
         self._seen: set[str] = set()
+        #: Whether the file was read whole by `campaign._document.read` (not in the writer's
+        #: layout, or it read cut short or garbled: see `campaign._stale`).
+        self.fell_back = False
         try:
             for _ in range(20):  # the file replaced while its journal was read: both again
                 self.head = self._read_head()
                 if self._whole is not None or self._read_journal():
                     break
                 self._file.close()
-                self._file = open(self.path, "rb")
+                self._file = open_fresh(self.path, self.block)
         except FileNotFoundError:
             raise LedgerError(f"no ledger at {self.path}: check the path") from None
         except BaseException:
@@ -126,6 +130,7 @@ class Scan:
 
     def _read_whole(self) -> dict[str, Any]:
         """The fallback: the file parsed whole by the public reader."""
+        self.fell_back = True
         self._file.close()
         doc = _document.read(self.path)
         self._whole = doc["tasks"]
@@ -166,7 +171,10 @@ class Scan:
                 rest += data
                 if ended:
                     stripped = rest.rstrip()
-                    if not stripped.endswith(b"}}"):
+                    # cut short (a stale cache's size: `campaign._stale`): read whole, retried
+                    short = (not isinstance(self._file, FreshReader)
+                             and self._file.tell() < os.fstat(self._file.fileno()).st_size)
+                    if short or not stripped.endswith(b"}}"):
                         yield self._fallback(done)
                         return
                     piece, rest = stripped[:-2], b""  # the closing braces of tasks and file
@@ -269,6 +277,7 @@ class Scan:
 
     def _fallback(self, done: int) -> tuple[dict[str, Any], Columns]:
         """The file read whole, less the ``done`` records already yielded (the first ones)."""
+        self.fell_back = True
         logger.debug("ledger %s: not in the writer's layout; read whole", self.path)
         tasks = _document.read(self.path)["tasks"]
         tasks = dict(islice(tasks.items(), done, None)) if done else tasks

@@ -75,8 +75,10 @@ def load(path: str | os.PathLike[str], *, block: int | None = None
                     store.set_raw(task_id, held)
     finally:
         scan.close()
-    if before is None or _document.file_state(path) != before:
-        logger.debug("ledger %s changed while it was read a block at a time; read whole", path)
+    if before is None or scan.fell_back or _document.file_state(path) != before:
+        # changed while it was read, or read cut short or garbled (a stale cache), or not in
+        # the writer's layout: read whole (retried: `campaign._stale`), one version of it
+        logger.debug("ledger %s changed or read wrong a block at a time; read whole", path)
         return _document.load(path)
     doc = {k: v for k, v in scan.head.items() if k != "tasks"}
     doc["tasks"] = store

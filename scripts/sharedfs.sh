@@ -11,7 +11,9 @@
 #                  and attributes (the size among them) are cached 3 s;
 #   bindfs-locks   bindfs --multithreaded --enable-lock-forwarding: locks exclude across views
 #                  (NFS with lockd or NFSv4, Lustre flock), attributes cached as above;
-#   bindfs-kcache  as bindfs-nolock, with -o kernel_cache: a file's pages cached across opens;
+#   bindfs-kcache  as bindfs-locks, with -o kernel_cache: a file's pages are kept across opens
+#                  too, so a file another view replaced reads as its old pages, or a mixture of
+#                  old and new ones, until the attributes expire;
 #   sshfs          sshfs over loopback to an sshd of its own on 127.0.0.1 (its own host key, user
 #                  key and port, in MOUNT_ROOT/.state), cache_timeout=3: a network file system
 #                  whose locks are local to each mount and which reports a lost O_CREAT|O_EXCL
@@ -135,7 +137,8 @@ up() {
         bindfs-nolock) bindfs -o attr_timeout=3,entry_timeout=3 "$export" "$view" ;;
         bindfs-locks) bindfs --multithreaded --enable-lock-forwarding \
                         -o attr_timeout=3,entry_timeout=3 "$export" "$view" ;;
-        bindfs-kcache) bindfs -o attr_timeout=3,entry_timeout=3,kernel_cache "$export" "$view" ;;
+        bindfs-kcache) bindfs --multithreaded --enable-lock-forwarding \
+                         -o attr_timeout=3,entry_timeout=3,kernel_cache "$export" "$view" ;;
         sshfs) sshfs -p "$port" \
                  -o "IdentityFile=$state/user_key,StrictHostKeyChecking=no" \
                  -o UserKnownHostsFile=/dev/null,BatchMode=yes,LogLevel=ERROR \

@@ -13,7 +13,7 @@ SCRIPT = ROOT / "scripts" / "sharedfs.sh"
 #: Every kind of view scripts/sharedfs.sh mounts.
 KINDS = ("bindfs-nolock", "bindfs-locks", "bindfs-kcache", "sshfs")
 #: The kinds whose locks (flock, fcntl) taken through one view do not exclude the other's.
-LOCKLESS = ("bindfs-nolock", "bindfs-kcache", "sshfs")
+LOCKLESS = ("bindfs-nolock", "sshfs")
 #: The kinds that cache attributes (and with kernel_cache, pages): what reads stale.
 CACHING = ("bindfs-nolock", "bindfs-kcache", "sshfs")
 
