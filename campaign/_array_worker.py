@@ -282,6 +282,16 @@ class _Claims:
                 decision = settle(begun, OutcomeKind.RESULT, limits=self.limits, tries=tries,
                                   lost=0, at=time.time(), result=value, usage=meter.usage)
             rec = decision.record
+            taker = self.leases.taken_over(lease)
+            if taker is not None:  # fenced: the lease's next generation runs the task
+                logger.warning("task %r: the lease was taken over by %s while fn ran (this "
+                               "worker stalled past it); recorded as a superseded attempt",
+                               tid, taker.get("worker"))
+                rec = _records.superseded(rec, taker, at=time.time())
+                self.fragment(tid, rec)
+                self.leases.release(lease, done=False)
+                summary.interrupted += 1
+                return rec
             if decision.again:
                 continue
             self.fragment(tid, rec)

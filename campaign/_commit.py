@@ -73,6 +73,10 @@ class GroupCommit:
         self._wake = threading.Condition(self._state)
         self._written = threading.Condition(self._state)  # a failing episode ended
         self._dirty: set[str] = set()
+        #: task id -> the journal's size after the append that last carried its record, for
+        #: the records appended since the last whole-file write: durable, and kept in a merge
+        #: unless the process that replaced the file read them (`_merge_from_disk`)
+        self._journaled: dict[str, int] = {}
         self._meta_dirty = False
         self._closing = False
         self._writer_idle = False
@@ -233,10 +237,15 @@ class GroupCommit:
                 pause = max(self.min_interval, min(rest, APPEND_PAUSE_MAX))
             self._next_commit = now + pause
 
+    def _before_write(self) -> None:
+        """Called before every write, under ``<ledger>.lock``: raise to write nothing (a driver
+        whose lease was taken over, `campaign.Ledger`)."""
+
     def _write_or_append_locked(self) -> bool:
         """Append the changes to the journal, or write the whole file when that is due (see
         the module's docstring). The caller holds ``<ledger>.lock``. True if the whole file
         was written."""
+        self._before_write()
         generation = self._generation
         if self.driver and generation is not None \
                 and _document.file_state(self.path) == self._disk_state:
@@ -279,6 +288,8 @@ class GroupCommit:
                 self._need_whole = True  # never append after a line that may be cut short
             raise
         self._journal_bytes = size
+        for tid in taken:
+            self._journaled[tid] = size
         assert self._disk_state is not None
         self._disk_state = self._disk_state[:3] + (size,)
         self.bytes_written += len(line)
@@ -291,6 +302,9 @@ class GroupCommit:
             if self._disk_state is not None and _document.file_state(self.path) != self._disk_state:
                 self._merge_from_disk()
             self.doc["updated"] = time.time()
+            if self._generation is not None:  # what this file was made from (`_merge_from_disk`)
+                self.doc["base"] = {"generation": self._generation,
+                                    "journal": self._journal_bytes}
             generation = self.doc["generation"] = _journal.new_generation()
             head = orjson.dumps({k: v for k, v in self.doc.items() if k != "tasks"})
             records = self.store.snapshot()
@@ -308,13 +322,18 @@ class GroupCommit:
             raise
         self._disk_state = (st.st_ino, st.st_size, st.st_mtime_ns, 0)
         self._generation = generation
+        self._journaled = {}
         self._file_bytes, self._journal_bytes = st.st_size, 0
         self.bytes_written += st.st_size
         self.commits += 1
         self.compactions += 1
 
     def _merge_from_disk(self) -> None:
-        """Another process replaced the file: adopt its records except those we changed."""
+        """Another process replaced the file: adopt its records, except those we changed since
+        the file we last wrote or read, record by record (`newer`): the changes not written
+        yet, and those in our journal that the other process did not read (a file made from a
+        read of our generation's journal at least as long names it as its ``base``; where the
+        lock did not exclude it, it was made from an older read, and dropped them)."""
         try:
             disk, _ = _storeload.load(self.path)  # a block at a time, the records as bytes
         except LedgerError as exc:
@@ -322,11 +341,32 @@ class GroupCommit:
                               "memory and the file was not overwritten)") from None
         ours = self.store
         tasks = disk["tasks"]
-        for tid in self._dirty:
-            tasks[tid] = merge(tasks.get(tid), ours[tid])
+        base = disk.get("base")
+        read = base.get("journal") if type(base) is dict and \
+            base.get("generation") == self._generation else None
+        unseen = [tid for tid, size in self._journaled.items()
+                  if type(read) is not int or size > read]
+        if unseen:
+            logger.warning("ledger %s was replaced by a process that had not read %d record(s) "
+                           "of this one's journal (its lock did not exclude this process: a "
+                           "shared file system without coherent locks?); they are kept",
+                           self.path, len(unseen))
+        for tid in self._dirty.union(unseen):
+            if tid in ours:
+                tasks[tid] = newer(tasks.get(tid), ours[tid])
         mine = self.run
         if mine is not None:
             disk["runs"] = [r for r in disk["runs"] if r.get("id") != self.run_id] + [mine]
         self._adopt(disk)
+        self._dirty.update(unseen)  # to write again: the file holds them no more
         self.merges += 1
         logger.debug("merged changes made by another process into %s", self.path)
+
+
+def newer(on_disk: dict[str, Any] | None, mine: dict[str, Any]) -> dict[str, Any]:
+    """The record to keep of two versions of one task, as fragments are merged: the newer
+    attempt (more ``attempts``); of one attempt, ours, except that an accepted record on disk is
+    never replaced (`campaign._records.merge`)."""
+    if on_disk is not None and on_disk["attempts"] > mine["attempts"]:
+        return on_disk
+    return merge(on_disk, mine)

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from filelock import FileLock
 
 from . import _journal
 from ._atomic import atomic_write, write_error_text
 from ._errors import LedgerError, LedgerWriteError
+from ._ledger_lock import LedgerLock
 from ._records import MISSING, records_problem, run_problem
 from ._stale import Unsettled, read_bytes, retried
 from ._status import FORMAT_NAME, FORMAT_VERSION
@@ -40,10 +40,11 @@ def lock_path(path: str | os.PathLike[str]) -> Path:
     return target.with_name(target.name + ".lock")
 
 
-def file_lock(path: str | os.PathLike[str]) -> FileLock:
+def file_lock(path: str | os.PathLike[str]) -> LedgerLock:
     """The inter-process lock every read-merge-write of ``path`` holds (``<ledger>.lock`` beside
-    the file the path resolves to)."""
-    return FileLock(lock_path(path), timeout=LOCK_TIMEOUT, thread_local=False, poll_interval=0.002)
+    the file the path resolves to): ``flock`` and an ``O_EXCL`` owner file, exclusive where
+    ``flock`` is not (`campaign._ledger_lock`)."""
+    return LedgerLock(lock_path(path), timeout=LOCK_TIMEOUT, poll_interval=0.002)
 
 
 def new_document(now: float | None = None) -> dict[str, Any]:
@@ -267,6 +268,7 @@ def update(
                 saved = backup_path(path, backup or "backup")
                 atomic_write(saved, original)
             doc["updated"] = time.time()
+            made_from(doc, state)
             doc["generation"] = _journal.new_generation()
             atomic_write(path, dumps(doc))
         except OSError as exc:  # the file is as it was (atomic_write leaves no temporary file)
@@ -288,6 +290,7 @@ def compact(path: str | os.PathLike[str], doc: dict[str, Any], state: DiskState)
     with file_lock(path):
         if file_state(path) == state:
             doc["updated"] = time.time()
+            made_from(doc, state)
             doc["generation"] = _journal.new_generation()
             try:  # a RecordStore's records in chunks: never the whole text in memory
                 atomic_write(path, dumps(doc) if type(doc["tasks"]) is dict
@@ -300,6 +303,14 @@ def compact(path: str | os.PathLike[str], doc: dict[str, Any], state: DiskState)
             _journal.remove(path)
             return
     update(path, lambda fresh: None)
+
+
+def made_from(doc: dict[str, Any], state: DiskState) -> None:
+    """Name in ``doc`` what it was read from before it is written with a new generation:
+    ``base``, the generation read and how much of its journal (a driver keeps the records of
+    its journal that the writer did not read: `campaign._commit`)."""
+    if type(doc.get("generation")) is str:
+        doc["base"] = {"generation": doc["generation"], "journal": state[3]}
 
 
 def file_state(path: Path) -> DiskState | None:

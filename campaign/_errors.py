@@ -38,6 +38,12 @@ class DriverBusyError(CampaignError, RuntimeError):
     """Another live driver already runs a campaign on this ledger."""
 
 
+class LeaseLostError(DriverBusyError):
+    """This process's lease (a driver's on its ledger) was taken over by another process: it
+    was stopped or stalled for longer than the lease, so it writes no more outcomes as
+    current."""
+
+
 class ResultError(CampaignError, TypeError):
     """``fn`` returned something that is not a flat dict of str -> number/str/bool/None."""
 

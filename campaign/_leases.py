@@ -3,7 +3,11 @@
 ``<ledger>.work/leases/<key>.json`` (shared by all submissions) says who runs a task now. It is
 created with ``O_CREAT | O_EXCL`` (one winner), refreshed by a heartbeat (atomic replace) and
 deleted when the task ends. A lease whose ``expires`` has passed belongs to a dead worker and is
-taken over under ``<ledger>.lock``. Done marks and the layout are campaign/_workdir.py's.
+taken over by an exclusive create of its next generation, ``<key>.<g + 1>.json`` (the first is
+``<key>.json``): of two workers that found it expired, one creates it; no lock is needed, and
+none is trusted. The highest generation is the lease; a holder whose next generation exists
+was taken over (`Leases.taken_over`: it stalled past its lease), and records its outcome as a
+superseded attempt. Done marks and the layout are campaign/_workdir.py's.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from typing import Any
 
 import orjson
 
-from . import _document
 from ._atomic import atomic_write
+from ._owner_lease import create_exclusive
 from ._signals import block_stop_signals
 from ._workdir import WorkDir, read_json, task_key, work_root
 
@@ -33,8 +37,35 @@ class Leases:
         self.lease_seconds = lease_seconds
         self._mutex = threading.Lock()
 
-    def _path(self, task_id: str) -> Path:
-        return self.work.leases / f"{task_key(task_id)}.json"
+    def _path(self, task_id: str, generation: int = 1) -> Path:
+        key = task_key(task_id)
+        return self.work.leases / (f"{key}.json" if generation == 1 else
+                                   f"{key}.{generation}.json")
+
+    def _current(self, task_id: str) -> int:
+        """The task's lease's highest generation (1 when there is none), by lookups upward."""
+        generation = 1
+        while os.path.lexists(self._path(task_id, generation + 1)):
+            generation += 1
+        return generation
+
+    def taken_over(self, lease: dict[str, Any]) -> dict[str, Any] | None:
+        """The owner of the lease that took ``lease`` over, or None while ``lease`` is the
+        task's lease; two lookups. Taken over: its next generation exists, or its own file is
+        gone (the taker ended the task and removed the generations before its own; then the
+        taker is the one whose record `latest/` holds)."""
+        task_id = lease["task_id"]
+        generation = lease.get("generation", 1)
+        if os.path.lexists(self._path(task_id, generation + 1)):
+            taker = read_json(self._path(task_id, self._current(task_id)))
+            owner = taker.get("owner") if type(taker) is dict else None
+        elif not lease.get("released") and not os.path.lexists(self._path(task_id, generation)):
+            rec = read_json(self.work.latest / f"{task_key(task_id)}.json")
+            owner = {key: rec.get(key) for key in ("worker", "host", "pid")} \
+                if type(rec) is dict else None
+        else:
+            return None
+        return owner if type(owner) is dict else {"worker": "unknown"}
 
     def claim(self, task_id: str, owner: dict[str, Any]) -> dict[str, Any] | None:
         """Take the lease of a task, or None if another worker holds it or it is done.
@@ -46,7 +77,12 @@ class Leases:
         path = self._path(task_id)
         lease = self._new_lease(task_id, owner)
         if _create(path, lease):
+            if os.path.lexists(self._path(task_id, 2)):  # a later generation is being released
+                path.unlink(missing_ok=True)
+                return None
             return self._unless_done(path, lease)
+        generation = self._current(task_id)
+        path = self._path(task_id, generation)
         old = read_json(path)
         if old is None:  # being written, or left empty by a crash: judge by its age
             try:
@@ -58,14 +94,11 @@ class Leases:
             old = {"owner": {"worker": "unknown"}, "expires": 0.0}
         elif old["expires"] > time.time():
             return None
-        with _document.file_lock(self.work.ledger):  # rare: taking over a dead worker's lease
-            again = read_json(path)
-            if again != old and not (again is None and old["expires"] == 0.0):
-                return None
-            path.unlink(missing_ok=True)
-            lease["stolen_from"] = old["owner"]
-            if not _create(path, lease):
-                return None
+        # rare: taking over a dead worker's lease, by creating its next generation
+        lease.update(generation=generation + 1, stolen_from=old["owner"])
+        path = self._path(task_id, generation + 1)
+        if not create_exclusive(path, orjson.dumps(lease)):
+            return None  # another worker took it over first
         logger.info("task %r: the lease of %s expired; taken over", task_id, old["owner"])
         return self._unless_done(path, lease)
 
@@ -82,10 +115,12 @@ class Leases:
 
     def heartbeat(self, lease: dict[str, Any]) -> bool:
         """Extend a lease we hold. False if it is no longer ours (released or taken over)."""
-        path = self._path(lease["task_id"])
+        path = self._path(lease["task_id"], lease.get("generation", 1))
         with self._mutex:  # never re-create a lease that `release` just removed
             if lease.get("released"):
                 return True
+            if self.taken_over(lease) is not None:
+                return False
             current = read_json(path)
             if current is None or current["owner"] != lease["owner"]:
                 return False
@@ -98,17 +133,24 @@ class Leases:
         """The task ended: mark it done (accepted or failed) if so, then drop the lease."""
         if done:
             self.work.mark_done(lease["task_id"], accepted=accepted)
-        path = self._path(lease["task_id"])
+        task_id, generation = lease["task_id"], lease.get("generation", 1)
         with self._mutex:
             lease["released"] = True
+            if self.taken_over(lease) is not None:
+                return  # the task's lease is another worker's now: its files stay
+            path = self._path(task_id, generation)
             current = read_json(path)
-            if current is not None and current["owner"] == lease["owner"]:
-                path.unlink(missing_ok=True)
+            if current is not None and current["owner"] != lease["owner"]:
+                return
+            # the earlier generations first, ours last: a worker that claims the task meanwhile
+            # finds a later generation there and leaves it
+            for earlier in range(1, generation):
+                self._path(task_id, earlier).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
 
     def holders(self) -> list[dict[str, Any]]:
-        """The leases held now (for `campaign status`)."""
-        return [lease for path in self.work.leases.glob("*.json")
-                if (lease := read_json(path)) is not None]
+        """The leases held now, one per task, its highest generation (for `campaign status`)."""
+        return _newest_per_task(self.work.leases)
 
 
 def _create(path: Path, lease: dict[str, Any]) -> bool:
@@ -129,12 +171,20 @@ def live_leases(ledger: Path) -> list[dict[str, Any]]:
     if not root.exists():
         return []
     now = time.time()
-    found = []
-    for path in (root / "leases").glob("*.json"):
+    return [lease for lease in _newest_per_task(root / "leases") if lease["expires"] > now]
+
+
+def _newest_per_task(folder: Path) -> list[dict[str, Any]]:
+    """The leases in ``folder``, of each task the highest generation that could be read."""
+    newest: dict[str, dict[str, Any]] = {}
+    for path in folder.glob("*.json"):
         lease = read_json(path)
-        if lease is not None and lease["expires"] > now:
-            found.append(lease)
-    return found
+        if lease is None:
+            continue
+        have = newest.get(lease["task_id"])
+        if have is None or lease.get("generation", 1) > have.get("generation", 1):
+            newest[lease["task_id"]] = lease
+    return list(newest.values())
 
 
 class Heartbeat:

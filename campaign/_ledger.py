@@ -1,10 +1,11 @@
 """The driver's ledger: the state of a campaign in memory, its runs, and how records change.
 
 `Ledger` is what the engine, `campaign submit` and the array workers hold: `open` loads the
-file (as its driver: takes ``<ledger>.driver``, takes over a dead driver's leftovers and
-registers a run, `campaign._runs`), `put` changes records, `close` ends the run. Writing is the
-group commit of `campaign._commit`: `put` only marks a record dirty, and one writer thread
-writes every change since the last commit, retrying failed writes.
+file (as its driver: takes the driver's lease ``<ledger>.driver.<n>``, `campaign._owner_lease`,
+takes over a dead driver's leftovers and registers a run, `campaign._runs`), `put` changes
+records, `close` ends the run. Writing is the group commit of `campaign._commit`: `put` only
+marks a record dirty, and one writer thread writes every change since the last commit,
+retrying failed writes; a driver whose lease was taken over writes nothing more.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ._array import absorb_fragments, fragment_files
 from ._atomic import remove_stale_tmp, write_error_text
 from ._commit import CLOSE_RETRY, GroupCommit
 from ._errors import DriverBusyError, LedgerWriteError
+from ._owner_lease import DriverLease
 from ._status import ACCEPTED, RunStatus
 from ._store import RecordStore
 
@@ -56,8 +58,11 @@ class Ledger(GroupCommit):
                  compact_fraction: float = _journal.COMPACT_FRACTION):
         super().__init__(path, min_interval=min_interval, write_share=write_share,
                          write_retry=write_retry, compact_fraction=compact_fraction)
+        # the fast local path: a second driver on this host (or where locks are coherent) is
+        # refused at once; the lease is what excludes drivers on other nodes
         self._driver_lock = FileLock(self.path.with_name(self.path.name + ".driver"),
                                      timeout=0, thread_local=False)
+        self._lease = DriverLease(self.path)
 
     # ------------------------------------------------------------------ opening
     @property
@@ -102,6 +107,7 @@ class Ledger(GroupCommit):
         except Timeout:
             raise DriverBusyError(_runs.busy_message(self.path)) from None
         try:
+            self._lease.acquire()  # DriverBusyError while a live driver holds it, anywhere
             _runs.refuse_if_leased(self.path)
             with self._file_lock:
                 settled = self._load_as_driver(resume)
@@ -111,9 +117,21 @@ class Ledger(GroupCommit):
                 for fragment in settled:
                     fragment.unlink(missing_ok=True)
         except BaseException:
+            self._lease.release(unused=True)
             self._driver_lock.release()
             raise
         self._start_writer()
+
+    def _before_write(self) -> None:
+        if self.driver:
+            self._lease.check()  # LeaseLostError once another driver took the lease over
+
+    def writable(self) -> bool:
+        """As `campaign._commit.GroupCommit.writable`; a driver whose lease was taken over (it
+        was stopped past it) raises `LeaseLostError` here, before it would start a task."""
+        if self.driver:
+            self._lease.check(lookups=False)
+        return super().writable()
 
     def _load_as_driver(self, resume: bool) -> list[Path]:
         """Under ``<ledger>.lock``: read the file (its journal and array fragments merged; a
@@ -204,5 +222,6 @@ class Ledger(GroupCommit):
             self._stop_writer(None if status is RunStatus.FINISHED
                               else time.monotonic() + CLOSE_RETRY)
         finally:
+            self._lease.release()
             if self._driver_lock.is_locked:
                 self._driver_lock.release()

@@ -128,6 +128,50 @@ def finished(
     return new
 
 
+def superseded(rec: dict[str, Any], by: dict[str, Any], *, at: float) -> dict[str, Any]:
+    """The attempt ``rec`` (ended) as it is recorded once its worker's lease was taken over by
+    ``by`` (an owner: worker, host, pid) while it ran: ``interrupted`` (``WorkerLost``), its
+    outcome named in the message but not kept, marked ``superseded`` (`fold_superseded`)."""
+    outcome = rec["status"] if rec["error"] is None else f"{rec['status']}, {rec['error']['type']}"
+    new = dict(rec, status=INTERRUPTED, result=None, ended=at, superseded=True,
+               interruptions=rec.get("interruptions", 0) + 1)
+    new["duration"] = None if rec["started"] is None else max(0.0, at - rec["started"])
+    new["error"] = {
+        "type": "WorkerLost",
+        "message": f"lease taken over by {by.get('host')}:{by.get('pid')} (worker "
+                   f"{by.get('worker')}) while this attempt ran, so it ran twice; its outcome "
+                   f"({outcome}) was not recorded as the task's",
+        "traceback": ""}
+    return new
+
+
+def fold_superseded(have: dict[str, Any] | None, rec: dict[str, Any]) -> dict[str, Any]:
+    """The record of a task once the superseded attempt ``rec`` (`superseded`) is merged into
+    ``have``: ``rec`` itself where nothing newer is known; else ``have`` with ``rec`` in its
+    history, in place of the entry of the same attempt (the taker's note that this attempt
+    was lost)."""
+    plain = {k: v for k, v in rec.items() if k != "superseded"}
+    if have is None or (have["attempts"] <= rec["attempts"] and have["status"] != ACCEPTED):
+        return plain
+    if is_folded(have, rec):
+        return have
+    entry = _history_entry(plain)
+    history = [e for e in have["history"] if e.get("attempt") != rec["attempts"]] + [entry]
+    history.sort(key=lambda e: e.get("attempt", 0))
+    return dict(have, history=history[-HISTORY_LIMIT:])
+
+
+def is_folded(have: dict[str, Any], rec: dict[str, Any]) -> bool:
+    """Whether ``have`` already holds the superseded attempt ``rec`` (as itself or in its
+    history)."""
+    if (have["attempts"], have["status"], have["ended"]) == (rec["attempts"], rec["status"],
+                                                             rec["ended"]):
+        return True
+    return any(e.get("attempt") == rec["attempts"] and e.get("pid") == rec["pid"]
+               and e.get("host") == rec["host"] and e.get("ended") == rec["ended"]
+               for e in have["history"])
+
+
 def merge(on_disk: dict[str, Any] | None, mine: dict[str, Any]) -> dict[str, Any]:
     """The record to keep when this process changed a task that another process also wrote.
 

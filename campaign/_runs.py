@@ -1,8 +1,10 @@
 """The runs of a ledger: a driver's run opened and closed, and the take-over of a dead driver's.
 
 A driver registers its run in the ledger's ``runs`` list when it opens the ledger (`new_run`,
-`add_run`) and sets its status when it closes it. The next driver, holding ``<ledger>.driver``,
-knows that no earlier driver is alive: what it left ``running`` is taken over (`take_over`).
+`add_run`) and sets its status when it closes it. The next driver, holding the driver's lease
+(`campaign._owner_lease`), knows that no earlier driver holds it: what they left ``running`` is
+taken over (`take_over`), unless one of them provably still runs on this host (then it is
+refused: a driver stopped past its lease, say by Ctrl-Z, is alive and would be fenced).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import Any
 
 from . import _document
 from ._array import live_leases, work_root
-from ._atomic import HOST, atomic_write, pid_alive
+from ._atomic import HOST, atomic_write
 from ._errors import DriverBusyError, LedgerError
+from ._owner_lease import DriverLease, busy_text, process_start
 from ._status import INTERRUPTED, RUNNING, RUNS_LIMIT, RunStatus
 from ._store import RecordStore
 from ._storeload import StoreScan
@@ -56,7 +59,11 @@ def refuse_if_leased(path: Path) -> None:
 
 def busy_message(path: Path) -> str:
     """What `DriverBusyError` says when another driver holds ``<ledger>.driver``: its host and
-    pid, as its ``running`` entry in the ledger names them."""
+    pid, as its lease names them, else as its ``running`` entry in the ledger does."""
+    lease = DriverLease(path)
+    holder = lease.holder()
+    if holder is not None and "pid" in holder:
+        return busy_text(path, holder, lease.seconds)
     run = None
     try:
         scan = StoreScan(path)  # the runs only: the records are not read
@@ -91,18 +98,40 @@ DRIVER_LOST = {"type": "DriverLost",
                           "node)", "traceback": ""}
 
 
+def running_here(run: dict[str, Any]) -> bool:
+    """Whether the driver of a ``running`` run provably still runs: on this host, a process
+    with its pid that started before the run did (so not a later process given the same pid)."""
+    pid = run.get("pid")
+    if run.get("host") != HOST or type(pid) is not int or pid == os.getpid():
+        return False
+    ticks = process_start(pid)
+    if ticks is None:
+        return False
+    try:
+        with open("/proc/stat") as f:
+            boot = next(float(line.split()[1]) for line in f if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError):
+        return True  # it runs; when it started cannot be told
+    started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    return type(run.get("started")) not in (int, float) or started <= run["started"] + 1.0
+
+
 def take_over(doc: dict[str, Any], path: Path) -> list[str]:
-    """The caller holds the driver's lock, so no earlier driver is alive: its leftovers are
-    ours. Its ``running`` runs become ``crashed``, its ``running`` tasks ``interrupted``
+    """The caller holds the driver's lease, so no earlier driver holds it: their leftovers are
+    ours. Their ``running`` runs become ``crashed``, their ``running`` tasks ``interrupted``
     (`DRIVER_LOST`). Changes ``doc`` in place (its ``tasks`` become a `RecordStore`); returns
-    the tasks whose records changed."""
+    the tasks whose records changed.
+
+    Raises `DriverBusyError` when a ``running`` run's driver provably still runs on this host
+    (`running_here`): it lost its lease (stopped or stalled past it) but would run on."""
+    for run in doc["runs"]:
+        if run.get("status") == RunStatus.RUNNING and running_here(run):
+            raise DriverBusyError(
+                f"ledger {path} is in use by a live campaign driver (pid {run['pid']} on host "
+                f"{run['host']}) that holds no driver lease (stopped, e.g. by Ctrl-Z, or "
+                "stalled past it); let it go on (kill -CONT), or stop it, then run again")
     for run in doc["runs"]:
         if run.get("status") == RunStatus.RUNNING:
-            same_host_alive = run.get("host") == HOST and run.get("pid") != os.getpid() \
-                and pid_alive(run.get("pid", -1))
-            if same_host_alive:
-                logger.warning("ledger %s names a live driver (pid %s) that does not hold the "
-                               "driver lock; taking over", path, run.get("pid"))
             run["status"] = RunStatus.CRASHED.value
     tasks = doc["tasks"] = RecordStore.of(doc["tasks"])  # statuses read from the bytes
     stale = [tid for tid in tasks if tasks.status(tid) == RUNNING]

@@ -20,6 +20,7 @@ from ._errors import DriverBusyError
 from ._items import PreparedItems, prepare_items
 from ._leases import live_leases
 from ._ledger import Ledger
+from ._owner_lease import DriverLease, busy_text
 from ._plan import Plan, compare, plan
 from ._status import RunStatus
 from ._workdir import overlay, write_task_list
@@ -112,6 +113,10 @@ def _check_free(path: Path) -> None:
             f"ledger {path} is in use by array workers holding {held} (e.g. "
             f"{owner.get('worker')} on {owner.get('host')}); wait for them to finish or cancel "
             "their job, then submit again")
+    lease = DriverLease(path)
+    holder = lease.holder()  # a driver on any node
+    if holder is not None:
+        raise DriverBusyError(busy_text(path, holder, lease.seconds))
     lock = path.with_name(path.name + ".driver")
     try:
         fd = os.open(lock, os.O_RDONLY)

@@ -34,7 +34,7 @@ import orjson
 
 from . import _document
 from ._atomic import HOST, atomic_write
-from ._records import merge
+from ._records import fold_superseded, is_folded, merge
 from ._status import ACCEPTED
 
 
@@ -147,6 +147,8 @@ class WorkDir:
         path = self.fragments / name.replace("/", "_")
         atomic_write(path, orjson.dumps({"owner": owner, "records": records}))
         for task_id, rec in records.items():  # the newest record, for the next claimer
+            if rec.get("superseded"):  # the taker's records are newer
+                continue
             atomic_write(self.latest / f"{task_key(task_id)}.json", orjson.dumps(rec),
                          durable=False)
         return path
@@ -179,6 +181,8 @@ def _reflected(tasks: dict[str, dict[str, Any]], task_id: str, rec: dict[str, An
     have = tasks.get(task_id)
     if have is None:
         return False
+    if rec.get("superseded") and have["fingerprint"] == rec.get("fingerprint"):
+        return is_folded(have, rec)  # a run past a taken-over lease: kept in the history too
     if have["status"] == ACCEPTED:
         return True
     return (have["attempts"], have["status"], have["ended"]) == (
@@ -199,6 +203,10 @@ def absorb_fragments(doc: dict[str, Any], ledger: Path) -> list[Path]:
             continue
         for tid, rec in records.items():
             have = tasks.get(tid)
+            if rec.get("superseded") and (have is None or
+                                          have["fingerprint"] == rec.get("fingerprint")):
+                tasks[tid] = fold_superseded(have, rec)  # into the history of a newer one
+                continue
             if have is not None and have["attempts"] > rec["attempts"]:
                 continue  # a newer attempt is recorded already
             tasks[tid] = merge(have, rec)

@@ -232,4 +232,5 @@ def test_campaign_forget_on_a_full_disk_changes_nothing_and_exits_3(tiny_disk, t
     assert "left as it was" in proc.stderr and "Traceback" not in proc.stderr
     assert ledger.read_bytes() == before
     assert sorted(p.name for p in tiny_disk.iterdir()) == [
-        "filler", "runs.json", "runs.json.driver", "runs.json.lock"]  # no backup, no temporary
+        "filler", "runs.json", "runs.json.driver", "runs.json.driver.1",  # the run's lease
+        "runs.json.lock"]  # no backup, no temporary
