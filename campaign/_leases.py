@@ -154,15 +154,9 @@ class Leases:
 
 
 def _create(path: Path, lease: dict[str, Any]) -> bool:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    try:
-        os.write(fd, orjson.dumps(lease))
-    finally:
-        os.close(fd)
-    return True
+    """The claim's exclusive create of a first lease: False when another worker's exists (a lost
+    race, also where sshfs reports it as ``EPERM``: `create_exclusive`)."""
+    return create_exclusive(path, orjson.dumps(lease))
 
 
 def live_leases(ledger: Path) -> list[dict[str, Any]]:
