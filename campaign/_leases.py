@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from . import _skew
 from ._atomic import atomic_write
 from ._owner_lease import create_exclusive
 from ._signals import block_stop_signals
@@ -36,6 +37,7 @@ class Leases:
         self.work = work
         self.lease_seconds = lease_seconds
         self._mutex = threading.Lock()
+        self._next_skew = 0.0  # when a claim measures the clock skew again (`_clock_skew`)
 
     def _path(self, task_id: str, generation: int = 1) -> Path:
         key = task_key(task_id)
@@ -77,6 +79,7 @@ class Leases:
         path = self._path(task_id)
         lease = self._new_lease(task_id, owner)
         if _create(path, lease):
+            self._clock_skew(lease, path)
             if os.path.lexists(self._path(task_id, 2)):  # a later generation is being released
                 path.unlink(missing_ok=True)
                 return None
@@ -99,6 +102,7 @@ class Leases:
         path = self._path(task_id, generation + 1)
         if not create_exclusive(path, orjson.dumps(lease)):
             return None  # another worker took it over first
+        self._clock_skew(lease, path)
         logger.info("task %r: the lease of %s expired; taken over", task_id, old["owner"])
         return self._unless_done(path, lease)
 
@@ -126,8 +130,26 @@ class Leases:
                 return False
             now = time.time()
             lease.update(heartbeat=now, expires=now + self.lease_seconds)
-            atomic_write(path, orjson.dumps(lease), durable=False)
+            st = atomic_write(path, orjson.dumps(lease), durable=False)
+            self._clock_skew(lease, path, st)
         return True
+
+    def _clock_skew(self, lease: dict[str, Any], path: Path,
+                    st: os.stat_result | None = None) -> None:
+        """This host's clock against the file server's, measured on the lease just written
+        (``st``: its stat; a claim stats it, at most once per ``lease_seconds``): kept as the
+        lease's ``clock_skew``, written with its next renewal, and warned about once past
+        `campaign._skew.FRACTION` * ``lease_seconds``."""
+        if st is None:
+            if time.monotonic() < self._next_skew:
+                return
+            try:
+                st = os.stat(path)
+            except OSError:
+                return
+        self._next_skew = time.monotonic() + self.lease_seconds
+        lease["clock_skew"] = skew = _skew.measure(lease["heartbeat"], st)
+        _skew.warn_once(skew, self.lease_seconds, f"the lease of task {lease['task_id']!r}")
 
     def release(self, lease: dict[str, Any], *, done: bool, accepted: bool = False) -> None:
         """The task ended: mark it done (accepted or failed) if so, then drop the lease."""
