@@ -28,6 +28,7 @@ from ._errors import CampaignError as CampaignError
 from ._errors import DriverBusyError as DriverBusyError
 from ._errors import Interrupted as Interrupted
 from ._errors import ItemError as ItemError
+from ._errors import LeaseLostError as LeaseLostError
 from ._errors import LedgerError as LedgerError
 from ._errors import LedgerWriteError as LedgerWriteError
 from ._errors import ResultError as ResultError
@@ -49,6 +50,7 @@ __all__ = [
     "Failure",
     "Interrupted",
     "ItemError",
+    "LeaseLostError",
     "Ledger",
     "LedgerError",
     "LedgerWriteError",

@@ -38,6 +38,13 @@ logger = logging.getLogger(__name__)
 #: At most this long (seconds) is a failing write retried when a run closes after Ctrl-C,
 #: SIGTERM or an error, so that stopping never hangs for the whole write-retry window.
 CLOSE_RETRY = 10.0
+#: How many of its last whole-file writes a writer remembers the records of, for a merge with
+#: a file made by a process whose lock did not exclude it (`GroupCommit._merge_from_disk`).
+EPOCHS = 8
+#: How often (seconds) an idle driver looks whether another process replaced its ledger; if
+#: so it merges it and writes it again, restoring what a writer its lock did not exclude
+#: dropped (`GroupCommit._merge_from_disk`).
+IDLE_CHECK = 1.0
 #: The longest pause (seconds) after a journal append before the next commit, however long the
 #: append took, unless ``min_interval`` is longer: outcomes reach the disk within about this.
 APPEND_PAUSE_MAX = 0.5
@@ -73,10 +80,15 @@ class GroupCommit:
         self._wake = threading.Condition(self._state)
         self._written = threading.Condition(self._state)  # a failing episode ended
         self._dirty: set[str] = set()
-        #: task id -> the journal's size after the append that last carried its record, for
-        #: the records appended since the last whole-file write: durable, and kept in a merge
-        #: unless the process that replaced the file read them (`_merge_from_disk`)
-        self._journaled: dict[str, int] = {}
+        #: task id -> (epoch, journal size) of the write that last carried its record: the
+        #: records this process wrote in its last `EPOCHS` whole-file writes and the appends
+        #: after them, kept in a merge unless the process that replaced the file had read them
+        #: (`_merge_from_disk`). An epoch begins with each whole-file write (size 0) and
+        #: ``_epochs`` maps each of those files' generations to (its epoch, True), and the
+        #: generation of each file merged from another process to (the epoch then, False).
+        self._mine: dict[str, tuple[int, int]] = {}
+        self._epochs: dict[str, tuple[int, bool]] = {}
+        self._epoch = 0
         self._meta_dirty = False
         self._closing = False
         self._writer_idle = False
@@ -146,8 +158,13 @@ class GroupCommit:
             with self._state:
                 while not (self._dirty or self._meta_dirty or self._closing):
                     self._writer_idle = True
-                    self._wake.wait()
+                    watch = self.driver and bool(self._mine)
+                    self._wake.wait(IDLE_CHECK if watch else None)
                     self._writer_idle = False
+                    if watch and self._disk_state is not None \
+                            and _document.file_state(self.path) != self._disk_state:
+                        # replaced: merge it soon, and write again what it may have dropped
+                        self._meta_dirty = True
                 if self._closing or self._gave_up is not None:
                     return
                 delay = self._next_commit - time.monotonic()
@@ -289,7 +306,7 @@ class GroupCommit:
             raise
         self._journal_bytes = size
         for tid in taken:
-            self._journaled[tid] = size
+            self._mine[tid] = (self._epoch, size)
         assert self._disk_state is not None
         self._disk_state = self._disk_state[:3] + (size,)
         self.bytes_written += len(line)
@@ -302,9 +319,10 @@ class GroupCommit:
             if self._disk_state is not None and _document.file_state(self.path) != self._disk_state:
                 self._merge_from_disk()
             self.doc["updated"] = time.time()
-            if self._generation is not None:  # what this file was made from (`_merge_from_disk`)
+            if self._generation is not None and self._disk_state is not None:
+                # what this file is made from (`_merge_from_disk`)
                 self.doc["base"] = {"generation": self._generation,
-                                    "journal": self._journal_bytes}
+                                    "journal": self._disk_state[3]}
             generation = self.doc["generation"] = _journal.new_generation()
             head = orjson.dumps({k: v for k, v in self.doc.items() if k != "tasks"})
             records = self.store.snapshot()
@@ -322,7 +340,14 @@ class GroupCommit:
             raise
         self._disk_state = (st.st_ino, st.st_size, st.st_mtime_ns, 0)
         self._generation = generation
-        self._journaled = {}
+        self._epoch += 1
+        epoch = self._epoch
+        self._epochs[generation] = (epoch, True)
+        for tid in taken:
+            self._mine[tid] = (epoch, 0)
+        if len(self._epochs) > 2 * EPOCHS:  # forget the oldest epochs
+            self._epochs = {g: e for g, e in self._epochs.items() if e[0] > epoch - EPOCHS}
+            self._mine = {t: m for t, m in self._mine.items() if m[0] > epoch - EPOCHS}
         self._file_bytes, self._journal_bytes = st.st_size, 0
         self.bytes_written += st.st_size
         self.commits += 1
@@ -331,26 +356,41 @@ class GroupCommit:
     def _merge_from_disk(self) -> None:
         """Another process replaced the file: adopt its records, except those we changed since
         the file we last wrote or read, record by record (`newer`): the changes not written
-        yet, and those in our journal that the other process did not read (a file made from a
-        read of our generation's journal at least as long names it as its ``base``; where the
-        lock did not exclude it, it was made from an older read, and dropped them)."""
+        yet, and those we wrote that the other process did not read. Its file names what it
+        read as its ``base``: one of our files' generations and how much of its journal; what
+        we wrote after that (a later append, a later file) it did not read: the lock did not
+        exclude it, and it dropped them. A file whose base is not one of our last `EPOCHS`
+        files keeps all we wrote in them."""
         try:
-            disk, _ = _storeload.load(self.path)  # a block at a time, the records as bytes
+            disk, state = _storeload.load(self.path)  # a block at a time, the records as bytes
         except LedgerError as exc:
             raise LedgerError(f"{exc} (found while merging; this run's changes are kept in "
                               "memory and the file was not overwritten)") from None
         ours = self.store
         tasks = disk["tasks"]
-        base = disk.get("base")
-        read = base.get("journal") if type(base) is dict and \
-            base.get("generation") == self._generation else None
-        unseen = [tid for tid, size in self._journaled.items()
-                  if type(read) is not int or size > read]
+        found = disk.get("base")
+        base: dict[str, Any] = found if isinstance(found, dict) else {}
+        read, made_from = base.get("journal"), base.get("generation")
+        known = self._epochs.get(made_from) if isinstance(made_from, str) else None
+        epoch: int | None = None
+        own = True
+        if known is not None:
+            epoch, own = known
+        elif made_from == self._generation:
+            epoch = self._epoch
+        if not own:  # a file merged before: it held all of that epoch we had written
+            read = float("inf")
+        if epoch is not None and isinstance(read, (int, float)):
+            at, upto = epoch, read
+            unseen = [tid for tid, (e, size) in self._mine.items()
+                      if e > at or (e == at and size > upto)]
+        else:
+            unseen = list(self._mine)
         if unseen:
             logger.warning("ledger %s was replaced by a process that had not read %d record(s) "
-                           "of this one's journal (its lock did not exclude this process: a "
-                           "shared file system without coherent locks?); they are kept",
-                           self.path, len(unseen))
+                           "this one wrote (its lock did not exclude this process: a shared "
+                           "file system without coherent locks?); they are kept", self.path,
+                           len(unseen))
         for tid in self._dirty.union(unseen):
             if tid in ours:
                 tasks[tid] = newer(tasks.get(tid), ours[tid])
@@ -359,6 +399,9 @@ class GroupCommit:
             disk["runs"] = [r for r in disk["runs"] if r.get("id") != self.run_id] + [mine]
         self._adopt(disk)
         self._dirty.update(unseen)  # to write again: the file holds them no more
+        if isinstance(disk.get("generation"), str):  # what the next file is made from
+            self._generation, self._disk_state = disk["generation"], state
+            self._epochs[disk["generation"]] = (self._epoch, False)
         self.merges += 1
         logger.debug("merged changes made by another process into %s", self.path)
 

@@ -24,7 +24,7 @@ from ._array import absorb_fragments, fragment_files
 from ._atomic import remove_stale_tmp, write_error_text
 from ._commit import CLOSE_RETRY, GroupCommit
 from ._errors import DriverBusyError, LedgerWriteError
-from ._owner_lease import DriverLease
+from ._owner_lease import DriverLease, no_flock
 from ._status import ACCEPTED, RunStatus
 from ._store import RecordStore
 
@@ -97,6 +97,7 @@ class Ledger(GroupCommit):
             with self._file_lock:
                 if self.path.exists():
                     doc, self._disk_state = _document.load(self.path)
+                    self._generation = doc.get("generation")  # what it writes is made from
                     self._adopt(doc)
                 else:
                     self._write_locked()
@@ -106,6 +107,9 @@ class Ledger(GroupCommit):
             self._driver_lock.acquire()
         except Timeout:
             raise DriverBusyError(_runs.busy_message(self.path)) from None
+        except (NotImplementedError, OSError) as exc:
+            if not no_flock(exc):
+                raise  # no flock on this file system: the lease alone
         try:
             self._lease.acquire()  # DriverBusyError while a live driver holds it, anywhere
             _runs.refuse_if_leased(self.path)

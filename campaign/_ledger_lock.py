@@ -4,7 +4,8 @@
 Taking it takes two things, in this order:
 
 1. ``flock`` on ``<ledger>.lock`` (`filelock`): the fast path. Processes on one host (or on a
-   file system whose locks are coherent) queue on it without polling.
+   file system whose locks are coherent) queue on it without polling. Where ``flock`` fails
+   with ``ENOSYS`` (Lustre mounted ``noflock``) it is skipped.
 2. ``<ledger>.lock.owner``, created with ``O_CREAT | O_EXCL`` and holding its holder's
    `campaign._owner_lease.identity` and a random ``token``; removed when the lock is released.
    This is what excludes processes on nodes whose ``flock`` does not exclude each other's. A
@@ -33,7 +34,15 @@ import orjson
 from filelock import FileLock, Timeout
 
 from ._atomic import atomic_write
-from ._owner_lease import CLEANUP_AGE, create_exclusive, describe, gone, identity, read_lease
+from ._owner_lease import (
+    CLEANUP_AGE,
+    create_exclusive,
+    describe,
+    gone,
+    identity,
+    no_flock,
+    read_lease,
+)
 from ._signals import block_stop_signals
 
 logger = logging.getLogger(__name__)
@@ -71,7 +80,11 @@ class LedgerLock:
             return self
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + (wait if wait >= 0 else float("inf"))
-        self._flock.acquire(timeout=wait, poll_interval=poll_interval, blocking=blocking)
+        try:
+            self._flock.acquire(timeout=wait, poll_interval=poll_interval, blocking=blocking)
+        except (NotImplementedError, OSError) as exc:
+            if not no_flock(exc):
+                raise  # no flock here (Lustre noflock): the owner file alone
         try:
             self._take(deadline, blocking and wait != 0)
         except BaseException:
@@ -120,8 +133,11 @@ class LedgerLock:
                 return
             try:
                 found, st = read_lease(self.owner)
-            except FileNotFoundError:
-                continue  # released meanwhile: try again at once
+            except FileNotFoundError:  # released meanwhile (or a view's cached name): again
+                if not blocking or time.monotonic() > deadline:
+                    raise Timeout(str(self.owner)) from None
+                time.sleep(self.poll_interval)
+                continue
             if self._breakable(found, st) and self._break(found, st, data, token):
                 return
             if not blocking or time.monotonic() > deadline:

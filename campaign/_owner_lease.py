@@ -190,6 +190,17 @@ def _link_exclusive(path: Path, data: bytes, durable: bool) -> bool | None:
         tmp.unlink(missing_ok=True)
 
 
+#: What ``flock`` fails with on a file system that has none (Lustre ``noflock``).
+NO_FLOCK = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP})
+
+
+def no_flock(exc: BaseException) -> bool:
+    """Whether ``exc`` (from taking a `filelock.FileLock`) says the file system has no
+    ``flock``: then the leases alone exclude."""
+    return isinstance(exc, NotImplementedError) or (
+        isinstance(exc, OSError) and exc.errno in NO_FLOCK)
+
+
 def read_lease(path: Path) -> tuple[dict[str, Any] | None, os.stat_result]:
     """A lease file's object (None while it is being written, or when it cannot be parsed)
     and its stat. Raises `FileNotFoundError` when there is no such file."""
