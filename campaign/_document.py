@@ -21,7 +21,7 @@ from ._atomic import atomic_write, write_error_text
 from ._errors import LedgerError, LedgerWriteError
 from ._ledger_lock import LedgerLock
 from ._records import MISSING, records_problem, run_problem
-from ._stale import Unsettled, read_bytes, retried
+from ._stale import Unsettled, fresh_stat, read_bytes, retried
 from ._status import FORMAT_NAME, FORMAT_VERSION
 from ._store import RecordStore, whole_file
 
@@ -207,8 +207,10 @@ def load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], DiskState]:
 
 def _load_once(path: Path, fresh: bool) -> tuple[dict[str, Any], DiskState]:
     for _ in range(20):
-        try:
-            data, st = read_bytes(path, fresh=fresh)
+        try:  # where caches may be stale, the attributes asked of the file system (`fresh_stat`)
+            asked = fresh_stat(path) if fresh else None
+            data, opened = read_bytes(path, fresh=fresh)
+            st = asked or opened
         except FileNotFoundError:
             raise LedgerError(f"no ledger at {path}: check the path") from None
         except OSError as exc:
@@ -216,7 +218,7 @@ def _load_once(path: Path, fresh: bool) -> tuple[dict[str, Any], DiskState]:
         doc = _parse_unchecked(data, path)
         journal = _journal.read(path, doc.get("generation"))
         try:
-            now = os.stat(path)
+            now = fresh_stat(path)
         except FileNotFoundError:
             continue
         if (now.st_ino, now.st_size, now.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns):
@@ -315,13 +317,14 @@ def made_from(doc: dict[str, Any], state: DiskState) -> None:
 
 def file_state(path: Path) -> DiskState | None:
     """What tells whether another process changed the ledger (replaced the file or appended to
-    its journal) since we last read or wrote it; None when there is no file."""
+    its journal) since we last read or wrote it; None when there is no file. Where a shared
+    file system may cache attributes, they are asked of it (`campaign._stale.fresh_stat`)."""
     try:
-        st = os.stat(path)
+        st = fresh_stat(path)
     except FileNotFoundError:
         return None
     try:
-        journal = os.stat(_journal.journal_path(path)).st_size
+        journal = fresh_stat(_journal.journal_path(path)).st_size
     except FileNotFoundError:
         journal = 0
     return (st.st_ino, st.st_size, st.st_mtime_ns, journal)

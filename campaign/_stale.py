@@ -19,6 +19,7 @@ Nothing here writes: a file that reads wrong is never overwritten, however long 
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import logging
@@ -27,7 +28,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ._errors import LedgerError
 
@@ -97,6 +98,65 @@ def file_system(path: str | os.PathLike[str]) -> tuple[str, str]:
 def may_be_stale(path: str | os.PathLike[str]) -> bool:
     """Whether reads of ``path`` may come from a stale cache: not a `LOCAL` file system."""
     return file_system(path)[0] not in LOCAL
+
+
+class Attributes(NamedTuple):
+    """The attributes `fresh_stat` gives (those of `os.stat_result` that tell a file changed)."""
+
+    st_ino: int
+    st_size: int
+    st_mtime_ns: int
+
+
+class _Timestamp(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_int64), ("tv_nsec", ctypes.c_uint32),
+                ("_reserved", ctypes.c_int32)]
+
+
+class _Statx(ctypes.Structure):  # struct statx of <linux/stat.h>
+    _fields_ = [("stx_mask", ctypes.c_uint32), ("stx_blksize", ctypes.c_uint32),
+                ("stx_attributes", ctypes.c_uint64), ("stx_nlink", ctypes.c_uint32),
+                ("stx_uid", ctypes.c_uint32), ("stx_gid", ctypes.c_uint32),
+                ("stx_mode", ctypes.c_uint16), ("_pad", ctypes.c_uint16),
+                ("stx_ino", ctypes.c_uint64), ("stx_size", ctypes.c_uint64),
+                ("stx_blocks", ctypes.c_uint64), ("stx_attributes_mask", ctypes.c_uint64),
+                ("stx_atime", _Timestamp), ("stx_btime", _Timestamp),
+                ("stx_ctime", _Timestamp), ("stx_mtime", _Timestamp),
+                ("stx_rdev_major", ctypes.c_uint32), ("stx_rdev_minor", ctypes.c_uint32),
+                ("stx_dev_major", ctypes.c_uint32), ("stx_dev_minor", ctypes.c_uint32),
+                ("_spare", ctypes.c_uint64 * 14)]  # 256 bytes in all
+
+
+_AT_FDCWD, _AT_STATX_FORCE_SYNC, _STATX_BASIC_STATS = -100, 0x2000, 0x7FF
+_statx: Any = None  # libc's statx, once looked up (False: there is none)
+
+
+def fresh_stat(path: str | os.PathLike[str]) -> os.stat_result | Attributes:
+    """`os.stat` of ``path``, or where the file system may cache (`may_be_stale`), its
+    attributes asked of the file system itself: ``statx`` with ``AT_STATX_FORCE_SYNC``, which
+    NFS and FUSE file systems answer past their attribute cache (a FUSE daemon with a cache of
+    its own, as sshfs, may still answer from it). Raises `FileNotFoundError` and other
+    `OSError`s as `os.stat` does."""
+    global _statx
+    if not may_be_stale(path):
+        return os.stat(path)
+    if _statx is None:
+        try:
+            _statx = ctypes.CDLL(None, use_errno=True).statx
+        except (AttributeError, OSError):  # a libc older than glibc 2.28
+            _statx = False
+    if _statx is False:
+        return os.stat(path)
+    buf = _Statx()
+    if _statx(_AT_FDCWD, os.fsencode(path), _AT_STATX_FORCE_SYNC, _STATX_BASIC_STATS,
+              ctypes.byref(buf)) != 0:
+        code = ctypes.get_errno()
+        if code == errno.ENOSYS:
+            _statx = False
+            return os.stat(path)
+        raise OSError(code, os.strerror(code), str(path))
+    mtime = buf.stx_mtime.tv_sec * 1_000_000_000 + buf.stx_mtime.tv_nsec
+    return Attributes(buf.stx_ino, buf.stx_size, mtime)
 
 
 def read_bytes(path: str | os.PathLike[str], *, fresh: bool = False
