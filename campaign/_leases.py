@@ -138,8 +138,10 @@ class Leases:
                     st: os.stat_result | None = None) -> None:
         """This host's clock against the file server's, measured on the lease just written
         (``st``: its stat; a claim stats it, at most once per ``lease_seconds``): kept as the
-        lease's ``clock_skew``, written with its next renewal, and warned about once past
-        `campaign._skew.FRACTION` * ``lease_seconds``."""
+        lease's ``clock_skew``, written with its next renewal (a claim's past
+        `campaign._skew.FRACTION` * ``lease_seconds`` at once, for `campaign status`), and
+        warned about once past that bound."""
+        claimed = st is None
         if st is None:
             if time.monotonic() < self._next_skew:
                 return
@@ -150,6 +152,11 @@ class Leases:
         self._next_skew = time.monotonic() + self.lease_seconds
         lease["clock_skew"] = skew = _skew.measure(lease["heartbeat"], st)
         _skew.warn_once(skew, self.lease_seconds, f"the lease of task {lease['task_id']!r}")
+        if claimed and _skew.excess(skew, self.lease_seconds) is not None:
+            try:
+                atomic_write(path, orjson.dumps(lease), durable=False)
+            except OSError as exc:
+                logger.debug("lease %s: its clock_skew not written (%s)", path, exc)
 
     def release(self, lease: dict[str, Any], *, done: bool, accepted: bool = False) -> None:
         """The task ended: mark it done (accepted or failed) if so, then drop the lease."""

@@ -67,3 +67,25 @@ def warn_once(skew: dict[str, float], lease_seconds: float, where: str) -> None:
         "over and run twice. Fix: synchronise the hosts' clocks (NTP), or make lease_seconds "
         "more than %g s", seconds, skew["within"], where, skew["clock"], skew["fs_mtime"],
         lease_seconds, FRACTION * lease_seconds, FRACTION, abs(seconds) / FRACTION)
+
+
+def skewed(leases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The holders of ``leases`` whose last measured skew (the lease's ``clock_skew``) is past
+    the bound of their lease: ``{"worker", "host", "seconds", "within", "lease_seconds"}``, one
+    per worker (the largest), for `campaign status`."""
+    found: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for lease in leases:
+        skew: Any = lease.get("clock_skew")
+        try:
+            lease_seconds = float(lease["expires"]) - float(lease["heartbeat"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if excess(skew, lease_seconds) is None:
+            continue
+        owner: Any = lease.get("owner") if type(lease.get("owner")) is dict else {}
+        key = (owner.get("host"), owner.get("worker"))
+        have = found.get(key)
+        if have is None or abs(skew["seconds"]) > abs(have["seconds"]):
+            found[key] = {"worker": key[1], "host": key[0], "seconds": skew["seconds"],
+                          "within": skew["within"], "lease_seconds": lease_seconds}
+    return list(found.values())

@@ -20,6 +20,7 @@ import click
 import orjson
 
 from .._records import Columns
+from .._skew import FRACTION, skewed
 from .._status import RunStatus, Status
 from .._tally import STATUSES, SubmissionTally, Tally
 from ._common import BadInput, duration, ledger_argument, plural, rate, timestamp, verbose_option
@@ -71,6 +72,7 @@ def status_command(ledger: Path, as_json: bool, tasks_of: str | None) -> int:
                         array_active=_any_active(states))
     if sub is not None:
         facts["submission"] = sub.facts(over.leases, states)
+    facts["clock_skew"] = skewed(over.leases)
     if as_json:
         click.echo(orjson.dumps(facts, option=orjson.OPT_INDENT_2).decode())
     else:
@@ -173,6 +175,11 @@ def render(f: dict[str, Any]) -> str:
                          f"worker {r['worker'] or '-'}  age {duration(r['age_s'])}")
         if len(f["running"]) > RUNNING_SHOWN:
             lines.append(f"  and {len(f['running']) - RUNNING_SHOWN} more")
+    for w in f.get("clock_skew", ()):
+        lines.append(f"clock     worker {w['worker'] or '-'} on host {w['host']} is "
+                     f"{w['seconds']:+.1f} s off the file server's; its leases of "
+                     f"{w['lease_seconds']:g} s tolerate {w['lease_seconds'] * FRACTION:g} s: "
+                     "synchronise the clocks (NTP) or raise --lease-seconds")
     if f["refused_last_run"]:
         lines.append(f"refused   {plural(f['refused_last_run'], 'task')} in the last run (item "
                      f"changed): see `campaign failures {f['ledger']}`")

@@ -1,16 +1,20 @@
 """A worker whose clock runs ahead of the file server's by twice the bound the leases tolerate
 (``lease_seconds / 4``: `campaign._skew.FRACTION`) measures the skew on the leases it writes and
 warns, once, with the figure; a worker on the server's clock does not warn. The clock is moved
-by libfaketime on the worker process alone."""
+by libfaketime on the worker process alone. (Under libfaketime 0.9.10 a thread's timed wait
+never ends, so these workers' leases are never renewed: what is checked is measured on the
+claims.)"""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
 
 import pytest
-from testkit import PYTHON, ROOT, child_env, require
+from testkit import PYTHON, ROOT, child_env, require, wait_until
 
 from campaign import read_ledger
 from campaign._submit import prepare_submission
@@ -56,3 +60,37 @@ def test_a_worker_whose_clock_runs_ahead_warns_once(views, tmp_path, kind):
     on_time = worker(a / "spec.toml", sub, 1)
     assert on_time.returncode == 0, on_time.stderr
     assert "clock is" not in on_time.stderr
+
+
+def test_campaign_status_shows_a_skewed_worker(views, tmp_path):
+    require(shutil.which("faketime") is not None, "faketime not found (apt-get install faketime)")
+    a, b, _ = views("sshfs")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (a / "spec.toml").write_text(f'target = "{TASK}:run"\nitems = "items.json"\n'
+                                 'ledger = "ledger.json"\n')
+    (a / "items.json").write_text("[]")
+    items = [{"task_id": "held", "x": 0, "sleep": 0, "marks": str(marks), "hang_in": "0"}]
+    sub = prepare_submission(items, ledger_path=a / "ledger.json").id
+    env = dict(child_env(), SLURM_ARRAY_JOB_ID="3100", SLURM_ARRAY_TASK_ID="0",
+               SLURM_ARRAY_TASK_COUNT="1")
+    proc = subprocess.Popen(
+        ["faketime", "-f", f"+{AHEAD:g}s", PYTHON, "-m", "campaign._cli", "worker",
+         str(a / "spec.toml"), "--submission", sub, "--lease-seconds", str(LEASE)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)  # faketime runs the worker as its child: both are killed
+    try:
+        leases = a / "ledger.json.work" / "leases"
+        # a skew past the bound, measured on the claim, is written into the lease at once
+        wait_until(lambda: any(b"clock_skew" in p.read_bytes() for p in leases.glob("*.json")),
+                   "the lease with its clock_skew")
+        status = subprocess.run(
+            [PYTHON, "-m", "campaign._cli", "status", str(b / "ledger.json")],
+            env=child_env(), capture_output=True, text=True, timeout=120)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+    assert status.returncode == 0, status.stderr
+    (line,) = [ln for ln in status.stdout.splitlines() if ln.startswith("clock ")]
+    seconds = float(re.search(r" is \+(\d+\.\d) s off the file server's", line).group(1))
+    assert AHEAD - 1.5 <= seconds <= AHEAD + 1.5, line
