@@ -93,11 +93,15 @@ def test_concurrent_takeovers_of_expired_leases_give_one_holder(views, sharedfs,
     submission = prepare_submission(items, ledger_path=a / "runs.json")
     ids = [item["task_id"] for item in items]
     folder = sharedfs.export / a.name  # on the "server": no view's cache in the way
+    expire_all(folder, ids)  # by dead workers
     for wave in range(2):
-        expire_all(folder, ids)  # the first time by dead workers, then by this wave's holders
+        if wave:  # the leases the first wave made expire as a dead holder's do: unrenewed
+            leases = (folder / "runs.json.work" / "leases").glob("*.json")
+            expires = max(json.loads(p.read_bytes())["expires"] for p in leases)
+            time.sleep(max(0.0, expires + 0.5 - time.time()))
         go = tmp_path / f"go-{wave}"
         outs = {host: tmp_path / f"{host}-{wave}.json" for host in ("nodeA", "nodeB")}
-        procs = [on_node(host, "claim", view / "runs.json", submission.id, go, outs[host], 600)
+        procs = [on_node(host, "claim", view / "runs.json", submission.id, go, outs[host], 10)
                  for host, view in (("nodeA", a), ("nodeB", b))]
         time.sleep(0.5)  # both wait at the barrier: they claim together
         go.touch()
