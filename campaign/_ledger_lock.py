@@ -22,6 +22,7 @@ removed once `campaign._owner_lease.CLEANUP_AGE` old.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
@@ -128,7 +129,7 @@ class LedgerLock:
         while True:
             token = secrets.token_hex(8)
             data = orjson.dumps(dict(identity(), token=token, acquired=time.time()))
-            if create_exclusive(self.owner, data, partial=True):  # on a full disk: held empty
+            if self._create(data):
                 self._token = token
                 return
             try:
@@ -144,6 +145,17 @@ class LedgerLock:
                 raise Timeout(str(self.owner))
             time.sleep(pause)
             pause = min(2 * pause, _POLL_MAX)
+
+    def _create(self, data: bytes) -> bool:
+        """The owner file, created whole (a SIGKILL between a create and its write would leave
+        an empty one, that only its age could break); on a full disk or quota, created empty
+        and held so."""
+        try:
+            return create_exclusive(self.owner, data, whole=True)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+        return create_exclusive(self.owner, data, partial=True)
 
     @staticmethod
     def _breakable(found: dict[str, Any] | None, st: os.stat_result) -> bool:
