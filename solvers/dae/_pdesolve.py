@@ -7,7 +7,9 @@ tangent (``args`` leaves, ``y0``, ``yp0``), computed in one pass that carries al
 factor as the state). Because the tangent is a matrix product it is linear and transposable, so
 `jax.jvp`, `jax.jacfwd`, `jax.grad` (reverse mode) and Hessians all work. The cost is one
 sensitivity direction per scalar input differentiated: cheap for parameters, ``n`` directions for
-``y0`` (there is no adjoint solve).
+``y0`` (there is no adjoint solve). The sensitivities of the save times a failed solve did not
+reach (all of them when it failed at ``t0``) are NaN: a failed solve never differentiates to
+zeros.
 """
 
 from __future__ import annotations
@@ -56,12 +58,24 @@ def _solve_jvp(ctx, primals, tangents):
         return out, jax.tree.map(_zero_tangent, out)
     jac, out = _sensitivities(ctx, treedef, chosen, leaves, t0, t1, ts)
     ys = out[0]
+    # NaN sensitivities where the solve failed: a factor, so that the tangent stays linear (its
+    # transpose, reverse mode, carries the NaN) and second derivatives are NaN there too.
+    nan_rows = jnp.where(_unreached(ys, out[2]), jnp.nan, 1.0)
     dys = jnp.zeros_like(ys)
     for j, i in enumerate(chosen):
         d = jnp.asarray(dleaves[i], ys.dtype)
-        dys = dys + jnp.tensordot(jac[j], d, axes=d.ndim)
+        sens = jac[j] * nan_rows.reshape((-1,) + (1,) * (jac[j].ndim - 1))
+        dys = dys + jnp.tensordot(sens, d, axes=d.ndim)
     tangent = jax.tree.map(_zero_tangent, out)
     return out, (dys,) + tuple(tangent[1:])
+
+
+def _unreached(ys: jax.Array, code: jax.Array) -> jax.Array:
+    """The save times whose derivatives are NaN: of a failed solve, those it did not reach (their
+    states are NaN) and, when the initialization failed or ``F(t0)`` was not finite, all."""
+    failed = code != Status.SUCCESS.code
+    at_start = (code == Status.INITIALIZATION.code) | (code == Status.NONFINITE.code)
+    return failed & (at_start | jnp.any(jnp.isnan(ys), axis=1))
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2))
