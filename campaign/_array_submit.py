@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import CampaignError
+from ._shell import command
 from ._submit import PlannedSubmission, Submission, plan_submission
 
 logger = logging.getLogger(__name__)
@@ -179,8 +180,8 @@ def _record(planned: PlannedSubmission, job: str, log_dir: Path) -> Submission:
         try:
             scancel(job)
         except SlurmCommandError as exc:
-            logger.error("could not cancel job %s; cancel it with `scancel %s` (%s)", job, job,
-                         exc)
+            logger.error("could not cancel job %s; cancel it with `%s` (%s)", job,
+                         command("scancel", job), exc)
         raise
 
 
@@ -194,4 +195,5 @@ def _release(job: str) -> None:
         how = (f"exited with code {exc.returncode} ({exc.stderr.strip()})"
                if exc.returncode not in (None, 127) else f"failed ({exc.stderr.strip() or exc})")
         raise SubmitError(f"job {job} was submitted held and recorded in the ledger, but "
-                          f"`scontrol release {job}` {how}; run it to start the job") from None
+                          f"`{command('scontrol', 'release', job)}` {how}; run it to start the "
+                          "job") from None

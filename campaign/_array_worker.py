@@ -8,6 +8,11 @@ few seconds (skipped while another worker merges) and at the end (unless another
 has already applied them). SIGUSR1 (sent by Slurm ``--signal`` before the time limit) and
 SIGTERM (the limit itself, ``scancel``) stop the worker after recording its running task as
 interrupted and releasing it.
+
+A worker runs the item the ledger holds: it continues a ``latest/`` record, or counts an
+accepted mark, only for the same fingerprint, and when a ``campaign forget`` ran since it read
+the ledger (``forgets.json`` changed) it reads the ledger again under its lock before it runs
+the task it claimed (`_View`).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from ._leases import Heartbeat, Leases
 from ._policy import Limits, settle, stopped
 from ._signals import Stop, signals_raise
 from ._status import ACCEPTED
-from ._workdir import WorkDir, merge_fragments, overlay, task_list_path
+from ._workdir import WorkDir, busy_state, forget_state, merge_fragments, overlay, task_list_path
 
 logger = logging.getLogger(__name__)
 
@@ -128,9 +133,11 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
         raise LedgerError(f"ledger {ledger} has no submission {submission!r} (no "
                           f"{task_list_path(ledger, submission)}); submit it with "
                           "`campaign submit`") from None
-    tasks = overlay(_document.read(ledger), ledger)["tasks"]
+    view = _View(ledger)
+    tasks = view.tasks
     claims = _Claims(fn, Leases(WorkDir(ledger, submission), lease_seconds=lease_seconds),
                      owner, Limits(retries, max_interruptions), WorkerSummary())
+    claims.leases.work.expect(tasks)
     summary = claims.summary
     beat = Heartbeat(claims.leases, lease_seconds / 4)
     last_merge = time.monotonic()
@@ -149,6 +156,13 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
                     waiting.append(tid)
                     continue
                 claimed = True
+                if view.stale():  # a forget ran since we read the ledger
+                    tasks = view.load(locked=True)
+                    work.expect(tasks)
+                    if tid not in tasks or tasks[tid]["status"] == ACCEPTED or \
+                            work.is_done(tid):
+                        claims.leases.release(lease, done=False)  # forgotten, or ended
+                        continue
                 rec = work.newest(tid, tasks[tid])
                 if "stolen_from" in lease:
                     again = claims.lost(tid, rec, lease)
@@ -165,6 +179,40 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
                 time.sleep(min(lease_seconds / 4, 2.0))
             left = waiting
     return _finish(claims, stop, ledger)
+
+
+class _View:
+    """The ledger's records as this worker read them (array fragments merged), and the state of
+    ``<ledger>.work/forgets.json`` noted just before: if it has changed since (`stale`), a
+    ``campaign forget`` may have removed a task after we read it, and the records are read
+    again under the ledger's lock (`load`), which every forget holds from its first change to
+    its last. Read without the lock while a forget was under way, they are read again under it
+    at once."""
+
+    def __init__(self, ledger: Path):
+        self.ledger = ledger
+        self.tasks: dict[str, Any] = {}
+        self.state: bytes | None = None
+        self.load(locked=False)
+
+    def load(self, *, locked: bool) -> dict[str, Any]:
+        if locked:
+            with _document.file_lock(self.ledger):
+                self._read()
+            logger.info("a forget changed ledger %s since it was read: read it again",
+                        self.ledger)
+        else:
+            self._read()
+            if busy_state(self.state):
+                self.load(locked=True)
+        return self.tasks
+
+    def _read(self) -> None:
+        self.state = forget_state(self.ledger)  # before the records: see the class's text
+        self.tasks = overlay(_document.read(self.ledger), self.ledger)["tasks"]
+
+    def stale(self) -> bool:
+        return forget_state(self.ledger) != self.state
 
 
 def _finish(claims: _Claims, stop: Stop, ledger: Path) -> WorkerSummary:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from ._jsonvalue import decode, decode_flat
+from ._shell import command
 from ._status import ACCEPTED, FAILED, Status
 
 
@@ -237,6 +238,6 @@ def refused_message(task_id: str, changed: list[dict[str, Any]], ledger: str) ->
     fields = "; ".join(f"field {c['field']!r}: {c['old']!r} -> {c['new']!r}" for c in changed)
     return (
         f"task {task_id!r} changed since it was recorded ({fields or 'item differs'}); it was "
-        f"not run and its record was kept. Run `campaign forget {ledger} {task_id}` to run it "
-        "again with the new item, or give it a new task_id"
+        f"not run and its record was kept. Run `{command('campaign', 'forget', ledger, task_id)}`"
+        " to run it again with the new item, or give it a new task_id"
     )

@@ -243,44 +243,81 @@ def backup_path(path: Path, why: str) -> Path:
     return candidate
 
 
+#: The backups `backup_path` names: `update`'s (``campaign forget``) and a run started over.
+BACKUP_KINDS = ("before-forget", "replaced")
+
+
+def remove_stale_backup_tmp(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary files of backups of ``path`` (``.<stem>.before-forget-<time>
+    <suffix>.tmp-<host>-<pid>-<random>``, and of ``.replaced-``) left on this host by processes
+    that are gone (a ``campaign forget`` killed while it wrote its backup); as
+    `campaign._atomic.remove_stale_tmp` does for the ledger's own."""
+    import glob
+
+    from ._atomic import HOST, TMP_MARK, pid_alive
+
+    path = real_path(path)
+    mark = f"{TMP_MARK}{HOST}-"
+    removed = []
+    for why in BACKUP_KINDS:
+        pattern = f".{glob.escape(path.stem)}.{why}-*{glob.escape(mark)}*"
+        for tmp in path.parent.glob(pattern):
+            pid_text = tmp.name.rsplit(mark, 1)[-1].split("-", 1)[0]
+            if pid_text.isdigit() and not pid_alive(int(pid_text)):
+                tmp.unlink(missing_ok=True)
+                removed.append(tmp)
+    return removed
+
+
 def update(
     path: str | os.PathLike[str],
     mutate: Callable[[dict[str, Any]], Any],
     *,
     backup: str | None = None,
+    locked: bool = False,
 ) -> tuple[Any, Path | None]:
     """Read-merge-write ``path`` under its lock: ``mutate(doc)`` changes the document in place.
 
     With ``backup``, the file as it was is kept beside under a name containing ``backup``
-    (written only once ``mutate`` has returned). Returns what ``mutate`` returned and the
-    backup's path (None without ``backup``). A symlink is followed: its target is locked and
-    replaced, and the link stays. A write that fails (disk full, read-only) raises
-    `LedgerWriteError` and leaves the file as it was, without a backup.
+    (written only once ``mutate`` has returned), and the temporary files of backups that
+    killed processes left are removed (`remove_stale_backup_tmp`). Returns what ``mutate``
+    returned and the backup's path (None without ``backup``). ``locked``: the caller holds
+    `file_lock` already. A symlink is followed: its target is locked and replaced, and the
+    link stays. A write that fails (disk full, read-only) raises `LedgerWriteError` and leaves
+    the file as it was, without a backup.
     """
     path = real_path(path)
+    if locked:
+        return _update_locked(path, mutate, backup)
     with file_lock(path):
-        doc, state = load(path)
-        original = None
-        if backup is not None:  # with a journal: the file and its journal, as one file
-            original = dumps(doc) if state[3] else path.read_bytes()
-        answer = mutate(doc)
-        saved = None
-        try:
-            if original is not None:
-                saved = backup_path(path, backup or "backup")
-                atomic_write(saved, original)
-            doc["updated"] = time.time()
-            made_from(doc, state)
-            doc["generation"] = _journal.new_generation()
-            atomic_write(path, dumps(doc))
-        except OSError as exc:  # the file is as it was (atomic_write leaves no temporary file)
-            what, fix = write_error_text(exc)
-            if saved is not None and saved.exists():
-                saved.unlink()
-            raise LedgerWriteError(
-                f"cannot write ledger {path} ({what}); it was left as it was. Fix: {fix}, then "
-                "try again", str(path), exc.errno) from exc
-        _journal.remove(path)  # the file holds it all now (a stale journal would be skipped)
+        return _update_locked(path, mutate, backup)
+
+
+def _update_locked(path: Path, mutate: Callable[[dict[str, Any]], Any],
+                   backup: str | None) -> tuple[Any, Path | None]:
+    doc, state = load(path)
+    original = None
+    if backup is not None:  # with a journal: the file and its journal, as one file
+        remove_stale_backup_tmp(path)
+        original = dumps(doc) if state[3] else path.read_bytes()
+    answer = mutate(doc)
+    saved = None
+    try:
+        if original is not None:
+            saved = backup_path(path, backup or "backup")
+            atomic_write(saved, original)
+        doc["updated"] = time.time()
+        made_from(doc, state)
+        doc["generation"] = _journal.new_generation()
+        atomic_write(path, dumps(doc))
+    except OSError as exc:  # the file is as it was (atomic_write leaves no temporary file)
+        what, fix = write_error_text(exc)
+        if saved is not None and saved.exists():
+            saved.unlink()
+        raise LedgerWriteError(
+            f"cannot write ledger {path} ({what}); it was left as it was. Fix: {fix}, then "
+            "try again", str(path), exc.errno) from exc
+    _journal.remove(path)  # the file holds it all now (a stale journal would be skipped)
     return answer, saved
 
 

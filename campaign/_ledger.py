@@ -142,6 +142,7 @@ class Ledger(GroupCommit):
         block at a time, `campaign._storeload`), set it aside or take over its leftovers.
         Returns the fragments merged, to remove once the run's first write holds them."""
         remove_stale_tmp(self.path)
+        _document.remove_stale_backup_tmp(self.path)  # a killed forget's
         if not self.path.exists():
             return []
         doc, state = _storeload.load(self.path)  # a block at a time, the records as bytes

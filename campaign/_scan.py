@@ -357,10 +357,11 @@ class Overlay:
         return out
 
     def _one(self, tid: str, have: dict[str, Any] | None) -> dict[str, Any] | None:
+        from ._workdir import applies
+
         for rec in self.pending.get(tid, ()):
-            if have is not None and have["attempts"] > rec["attempts"]:
-                continue
-            have = merge(have, rec)
+            if applies(have, rec):  # as a merge does: not an older attempt, nor another item
+                have = merge(have, rec)
         lease = self.held.get(tid)
         if lease is not None and have is not None and have["status"] != "accepted":
             owner = lease["owner"]

@@ -5,8 +5,12 @@ Beside the ledger ``L``, ``L.work/`` holds what all submissions share and one fo
 
 - ``leases/<key>.json`` (shared): who runs a task now (campaign/_leases.py).
 - ``latest/<key>.json`` (shared): the newest record a worker wrote for the task, so that the next
-  worker to claim it continues its attempts and history.
-- ``accepted/<key>`` (shared): accepted; no submission claims it again.
+  worker to claim it continues its attempts and history (only a record of the same item:
+  fingerprint).
+- ``accepted/<key>`` (shared): accepted, holding the item's fingerprint; no submission claims
+  the task again for that item.
+- ``forgets.json`` (shared): changed by every ``campaign forget`` (`forgetting`), so that a
+  worker whose view of the ledger predates a forget reads it again (`forget_state`).
 - ``<submission>/tasks.json``: the task ids the submission's workers claim from.
 - ``<submission>/done/<key>``: the task ended (accepted or failed) in this submission: nobody
   claims it again in it.
@@ -17,16 +21,18 @@ Beside the ledger ``L``, ``L.work/`` holds what all submissions share and one fo
   deleted only once a later merge finds the ledger already holds its records, so a merge lost to
   a broken lock (NFS) delays a record but never loses it.
 
-``<key>`` is the SHA-1 of the task id (task ids may hold any character).
+``<key>`` is the SHA-1 of the task id (task ids may hold any character). `forget_traces` removes
+every file of a task (``campaign forget``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,15 +90,37 @@ class WorkDir:
         for folder in (self.leases, self.done, self.accepted, self.latest, self.fragments):
             folder.mkdir(parents=True, exist_ok=True)
         self._seq = 0
+        self._planned: Mapping[str, Mapping[str, Any]] = {}
+
+    def expect(self, tasks: Mapping[str, Mapping[str, Any]]) -> None:
+        """The records the worker plans from (task id -> record, as the ledger holds them): an
+        accepted mark or a ``latest/`` record counts only for the item of the same fingerprint."""
+        self._planned = tasks
+
+    def _fingerprint(self, task_id: str) -> str | None:
+        rec = self._planned.get(task_id)
+        return None if rec is None else rec["fingerprint"]
 
     # ------------------------------------------------------------------ done marks
     def is_done(self, task_id: str) -> bool:
-        """Ended in this submission, or accepted in any (another may run beside it)."""
-        return self._is_done(task_key(task_id))
+        """Ended in this submission, or accepted in any (another may run beside it) for the
+        planned item (`expect`)."""
+        return self._is_done(task_key(task_id), task_id)
 
-    def _is_done(self, key: str) -> bool:
+    def _is_done(self, key: str, task_id: str) -> bool:
         # os.path on strings: half the cost of Path's, paid for every task a worker passes
-        return os.path.exists(f"{self.done}/{key}") or os.path.exists(f"{self.accepted}/{key}")
+        return os.path.exists(f"{self.done}/{key}") or self._accepted(key, task_id)
+
+    def _accepted(self, key: str, task_id: str) -> bool:
+        """An accepted mark of the planned item: it holds the item's fingerprint (empty: a
+        mark written before marks held it, taken as the planned item's)."""
+        try:
+            with open(f"{self.accepted}/{key}", "rb") as f:
+                mark = f.read()
+        except FileNotFoundError:
+            return False
+        want = self._fingerprint(task_id)
+        return not mark or want is None or mark.decode(errors="replace") == want
 
     def not_done(self, task_ids: list[str]) -> Iterator[str]:
         """The tasks of ``task_ids``, in order, that have not ended (`is_done`) when reached:
@@ -111,7 +139,7 @@ class WorkDir:
             key = task_key(task_id)
             if key in ended:
                 continue
-            if self._is_done(key):
+            if self._is_done(key, task_id):
                 looked += 1
                 if looked >= budget:
                     ended = set(os.listdir(self.done))
@@ -120,10 +148,15 @@ class WorkDir:
             yield task_id
 
     def mark_done(self, task_id: str, *, accepted: bool) -> None:
-        """The task ended in this submission (accepted: in every submission)."""
+        """The task ended in this submission (accepted: in every submission, for its item's
+        fingerprint)."""
         key = task_key(task_id)
         if accepted:
-            (self.accepted / key).touch()
+            fingerprint = self._fingerprint(task_id)
+            if fingerprint is None:
+                (self.accepted / key).touch()
+            else:
+                atomic_write(self.accepted / key, fingerprint.encode(), durable=False)
         (self.done / key).touch()
 
     def lost(self, task_id: str) -> int:
@@ -154,9 +187,12 @@ class WorkDir:
         return path
 
     def newest(self, task_id: str, known: dict[str, Any]) -> dict[str, Any]:
-        """The newest record of a task: ``known``, or what a worker wrote for it since."""
+        """The newest record of a task: ``known``, or what a worker wrote for it since, if
+        that is a record of the same item (fingerprint): a record of an item that has since
+        changed (forgotten, then planned anew) is never continued."""
         rec = read_json(self.latest / f"{task_key(task_id)}.json")
-        if rec is not None and rec["attempts"] >= known["attempts"]:
+        if (isinstance(rec, dict) and rec.get("fingerprint") == known["fingerprint"]
+                and rec["attempts"] >= known["attempts"]):
             return rec
         return known
 
@@ -177,14 +213,23 @@ def load_fragment(path: Path) -> dict[str, dict[str, Any]] | None:
         return None
 
 
+def applies(have: Mapping[str, Any] | None, rec: Mapping[str, Any]) -> bool:
+    """Whether a fragment's record ``rec`` may change the ledger's record ``have`` of its task:
+    the task is new to the ledger, or holds the same item (fingerprint) at no newer attempt. A
+    record of another item (the task was forgotten and planned with a new one) never applies."""
+    if have is None:
+        return True
+    return have["fingerprint"] == rec.get("fingerprint") and have["attempts"] <= rec["attempts"]
+
+
 def _reflected(tasks: dict[str, dict[str, Any]], task_id: str, rec: dict[str, Any]) -> bool:
     have = tasks.get(task_id)
     if have is None:
         return False
     if rec.get("superseded") and have["fingerprint"] == rec.get("fingerprint"):
         return is_folded(have, rec)  # a run past a taken-over lease: kept in the history too
-    if have["status"] == ACCEPTED:
-        return True
+    if have["status"] == ACCEPTED or have["fingerprint"] != rec.get("fingerprint"):
+        return True  # final, or a record of another item (never applied): nothing to keep
     return (have["attempts"], have["status"], have["ended"]) == (
         rec["attempts"], rec["status"], rec["ended"])
 
@@ -206,10 +251,8 @@ def absorb_fragments(doc: dict[str, Any], ledger: Path) -> list[Path]:
             if rec.get("superseded") and (have is None or
                                           have["fingerprint"] == rec.get("fingerprint")):
                 tasks[tid] = fold_superseded(have, rec)  # into the history of a newer one
-                continue
-            if have is not None and have["attempts"] > rec["attempts"]:
-                continue  # a newer attempt is recorded already
-            tasks[tid] = merge(have, rec)
+            elif applies(have, rec):  # not when a newer attempt, or another item, is recorded
+                tasks[tid] = merge(have, rec)
     return settled
 
 
@@ -233,3 +276,84 @@ def overlay(doc: dict[str, Any], ledger: Path) -> dict[str, Any]:
     """The ledger as it will be once its fragments are merged (read-only; nothing written)."""
     absorb_fragments(doc, ledger)
     return doc
+
+
+# ---------------------------------------------------------------------- forget
+def forgets_path(ledger: Path) -> Path:
+    """``<ledger>.work/forgets.json``: changed by every ``campaign forget`` (`forgetting`)."""
+    return work_root(ledger) / "forgets.json"
+
+
+def forget_state(ledger: Path) -> bytes | None:
+    """The bytes of ``forgets.json`` (None: no forget ever ran). A worker notes them before it
+    reads the ledger; when they differ later, or said a forget was under way, a forget may
+    have removed a task after the worker read it, and the worker reads the ledger again under
+    its lock (`campaign._array_worker`)."""
+    try:
+        return forgets_path(ledger).read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def forgetting(ledger: Path, *, busy: bool) -> None:
+    """Note in ``forgets.json`` that a forget begins (``busy``) or has written the ledger; under
+    the ledger's lock. Only where ``<ledger>.work/`` exists (no worker without it)."""
+    root = work_root(ledger)
+    if root.is_dir():
+        atomic_write(forgets_path(ledger), orjson.dumps(
+            {"busy": busy, "token": secrets.token_hex(8), "at": time.time()}))
+
+
+def busy_state(state: bytes | None) -> bool:
+    """Whether `forget_state`'s bytes say a forget was under way (or was killed during one)."""
+    if state is None:
+        return False
+    try:
+        return bool(orjson.loads(state).get("busy", True))
+    except (orjson.JSONDecodeError, AttributeError):
+        return True
+
+
+def forget_traces(ledger: Path, task_ids: list[str]) -> int:
+    """Remove every file of ``<ledger>.work/`` that holds one of ``task_ids``, under the
+    ledger's lock and before the ledger's records are removed: their records in every
+    submission's fragments (each fragment rewritten atomically without them, or removed when
+    nothing else is left in it), then ``latest/``, ``accepted/``, each submission's ``done/`` and
+    ``lost/``, and their (expired) leases. Returns how many files were changed or removed.
+
+    A crash part way leaves the ledger's records as they were (the forget did not happen; the
+    fragments of the other tasks are whole), never a record that a merge could bring back
+    after the ledger forgot it."""
+    root = work_root(ledger)
+    if not root.is_dir() or not task_ids:
+        return 0
+    ids = set(task_ids)
+    changed = 0
+    for path in fragment_files(ledger):  # first: a merge would bring their records back
+        try:
+            whole = orjson.loads(path.read_bytes())
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            continue
+        records = whole.get("records") if isinstance(whole, dict) else None
+        if not isinstance(records, dict) or ids.isdisjoint(records):
+            continue
+        rest = {tid: rec for tid, rec in records.items() if tid not in ids}
+        if rest:
+            atomic_write(path, orjson.dumps(dict(whole, records=rest)))
+        else:
+            path.unlink(missing_ok=True)
+        changed += 1
+    submissions = [p for p in root.iterdir() if (p / "tasks.json").exists() or
+                   (p / "done").is_dir()]
+    for task_id in task_ids:
+        key = task_key(task_id)
+        files = [root / "latest" / f"{key}.json", root / "accepted" / key]
+        files += [sub / folder / key for sub in submissions for folder in ("done", "lost")]
+        files.append(root / "leases" / f"{key}.json")  # expired: a live one was refused
+        for path in files:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                continue
+            changed += 1
+    return changed

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
+from .._shell import command
 from ._exits import BadInput
 from ._format import plural
 from ._options import ledger_argument, verbose_option
@@ -25,10 +26,12 @@ FORGETTABLE = ("failed", "interrupted")
 @verbose_option
 def forget_command(ledger: Path, task_ids: tuple[str, ...], statuses: tuple[str, ...]) -> int:
     """Remove the records of the TASK_IDs (or of all tasks with --status) from LEDGER, so that
-    the next `campaign run` runs those tasks again, e.g. after their item changed.
+    the next `campaign run` or `campaign submit` runs those tasks again, e.g. after their item
+    changed.
 
     The change is made under the ledger's lock and written atomically; the ledger as it was is
-    kept beside it as <stem>.before-forget-<time><suffix>.
+    kept beside it as <stem>.before-forget-<time><suffix>. What array workers kept of those
+    tasks (under LEDGER.work/) is removed too; a task an array worker runs now is refused.
     """
     if not task_ids and not statuses:
         raise click.UsageError("name the TASK_IDs to forget, or --status failed|interrupted")
@@ -38,7 +41,7 @@ def forget_command(ledger: Path, task_ids: tuple[str, ...], statuses: tuple[str,
         shown = ", ".join(map(repr, unknown[:20])) + (" ..." if len(unknown) > 20 else "")
         raise BadInput(
             f"{plural(len(unknown), 'task id')} not in ledger {ledger}: {shown}; nothing was "
-            f"changed (list the ids with `campaign status {shlex.quote(str(ledger))} --tasks`)")
+            f"changed (list the ids with `{command('campaign', 'status', ledger, '--tasks')}`)")
     wanted = set(task_ids)
     if not _chosen(doc["tasks"], wanted, statuses):
         click.echo(f"campaign: no {' or '.join(statuses)} task in {ledger}; nothing to forget")
@@ -46,26 +49,22 @@ def forget_command(ledger: Path, task_ids: tuple[str, ...], statuses: tuple[str,
 
     from filelock import Timeout
 
-    from .._document import update
+    from .._errors import DriverBusyError
+    from .._forget import forget
 
-    def mutate(fresh: dict[str, Any]) -> list[str]:
-        tasks = fresh["tasks"]
-        gone = _chosen(tasks, wanted, statuses)  # again, on the file as it is under the lock
-        for tid in gone:
-            del tasks[tid]
-        return gone
-
-    try:
-        removed, backup = update(ledger, mutate, backup="before-forget")
+    try:  # chosen again under the lock, on the ledger as it is then
+        removed, backup = forget(ledger, lambda tasks: _chosen(tasks, wanted, statuses))
     except Timeout:
         raise BadInput(f"ledger {ledger} stayed locked by another process; try again") from None
+    except DriverBusyError as exc:
+        raise BadInput(str(exc)) from None
     click.echo(f"campaign: forgot {plural(len(removed), 'task')} in {ledger}; the ledger as it "
                f"was is kept as {backup}")
-    click.echo("campaign: they run again at the next `campaign run` on "
-               f"{shlex.quote(str(ledger))}")
+    click.echo("campaign: they run again at the next `campaign run` or `campaign submit` on "
+               f"{command(ledger)}")
     return 0
 
 
-def _chosen(tasks: dict[str, Any], ids: set[str], statuses: tuple[str, ...]) -> list[str]:
+def _chosen(tasks: Mapping[str, Any], ids: set[str], statuses: tuple[str, ...]) -> list[str]:
     """The task ids to remove, in ledger order: the named ones and those with the statuses."""
     return [tid for tid, rec in tasks.items() if tid in ids or rec["status"] in statuses]

@@ -20,6 +20,7 @@ import click
 import orjson
 
 from .._records import Columns
+from .._shell import command
 from .._skew import FRACTION, skewed
 from .._status import RunStatus, Status
 from .._tally import STATUSES, SubmissionTally, Tally
@@ -182,7 +183,7 @@ def render(f: dict[str, Any]) -> str:
                      "synchronise the clocks (NTP) or raise --lease-seconds")
     if f["refused_last_run"]:
         lines.append(f"refused   {plural(f['refused_last_run'], 'task')} in the last run (item "
-                     f"changed): see `campaign failures {f['ledger']}`")
+                     f"changed): see `{command('campaign', 'failures', f['ledger'])}`")
     return "\n".join(lines)
 
 

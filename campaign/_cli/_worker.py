@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .._shell import command
 from ._exits import BadInput
 from ._options import verbose_option, with_errors
 from ._spec import resolve
@@ -35,7 +36,8 @@ def worker_command(spec: str, submission: str, lease_seconds: float, merge_every
     cfg = resolve(spec, {})
     fn = load_target(cfg.target, cfg.base)
     if not cfg.ledger.exists():
-        raise BadInput(f"no ledger at {cfg.ledger}: run `campaign submit {spec}` first")
+        submit = command("campaign", "submit", spec)
+        raise BadInput(f"no ledger at {cfg.ledger}: run `{submit}` first")
     summary = run_worker(fn, cfg.ledger, submission, lease_seconds=lease_seconds,
                          merge_every=merge_every, retries=cfg.retries,
                          max_interruptions=cfg.max_interruptions)

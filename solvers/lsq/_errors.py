@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 
 class BlockError(ValueError):
     """A stored row block cannot be used: its file is missing, its bytes no longer match the
@@ -21,7 +23,7 @@ class BlockError(ValueError):
 
 def recompute_hint(task_id: str | None, ledger: str | None) -> str:
     """The way out of a damaged block: forget its task, run the assembly again."""
-    where = ledger or "LEDGER"
-    who = task_id or "TASK_ID"
+    where = shlex.quote(ledger) if ledger else "LEDGER"
+    who = shlex.quote(task_id) if task_id is not None else "TASK_ID"
     return (f"run `campaign forget {where} {who}` and run the assembly again: only this block "
             "is computed again (`BlockStore.verify` lists every damaged block at once)")

@@ -1,9 +1,10 @@
 """The task function of the array-worker tests: notes each run, then works for a while.
 
-Item fields: ``marks`` (the folder of the run notes), ``x``, ``sleep`` (seconds of work), and
-optionally ``together`` (first wait until that many array elements have begun a task, so that
-a test sees the elements share the work whatever their start-up times) and ``hang_in`` (the
-array element whose runs never end: the test kills or signals it while it holds that task).
+Item fields: ``marks`` (the folder of the run notes; a start note holds the item's ``x``),
+``x``, ``sleep`` (seconds of work), and optionally ``fail`` (raise: the item is wrong),
+``together`` (first wait until that many array elements have begun a task, so that a test sees
+the elements share the work whatever their start-up times) and ``hang_in`` (the array element
+whose runs never end: the test kills or signals it while it holds that task).
 """
 
 import os
@@ -35,11 +36,14 @@ def run(item):
     marks = Path(item["marks"])
     begun = time.time()
     worker = os.environ.get("SLURM_ARRAY_TASK_ID", "?")
-    (marks / f"{item['task_id']}.{worker}.{os.getpid()}.{time.time_ns()}.start").touch()
+    start = marks / f"{item['task_id']}.{worker}.{os.getpid()}.{time.time_ns()}.start"
+    start.write_text(str(item["x"]))  # the item it was called with
     if worker == item.get("hang_in"):
         while True:  # until killed, or a signal stops the worker
             time.sleep(3600)
     _wait_together(marks, item.get("together", 0))
+    if item.get("fail"):
+        raise ValueError(f"item x={item['x']} is wrong")
     time.sleep(item["sleep"])
     ended = time.time()
     (marks / f"{item['task_id']}.{worker}.{os.getpid()}.{time.time_ns()}.end").touch()
