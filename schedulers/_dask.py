@@ -41,6 +41,12 @@ FAST_CONFIG = {"distributed.scheduler.worker-saturation": float("inf")}
 #: default would run it up to 3 times more itself, unseen, the task that kills its worker too):
 #: this scheduler decides what runs again.
 OWN_CLUSTER_CONFIG = {**FAST_CONFIG, "distributed.scheduler.allowed-failures": 0}
+#: Without ``dashboard=True`` the embedded cluster serves no HTTP page at all: dask's HTTP
+#: servers (which listen even without a dashboard) get no routes, so neither the dashboard nor
+#: the ``/info`` pages (workers, logs, the call stacks of running tasks) nor ``/metrics`` can
+#: be read, by any local user, over plain HTTP.
+NO_HTTP_CONFIG: dict[str, list[str]] = {"distributed.scheduler.http.routes": [],
+                                         "distributed.worker.http.routes": []}
 _DRIVER = Placement(HOST, 0, "dask", None)
 
 
@@ -60,6 +66,11 @@ class DaskScheduler(Scheduler):
         workers: number of embedded worker processes (default: CPU count), 1 thread each.
         batch_seconds: the run time aimed at for one batch of small tasks.
         max_batch: the largest batch.
+        dashboard: serve dask's dashboard of the embedded cluster on 127.0.0.1 (its address is
+            printed). Off by default: it is plain HTTP without authentication, so every user
+            of the machine could read it, the call stacks of running tasks (``fn``'s frames
+            and their values) and the workers' logs among it (docs/cluster.md, "Who can
+            connect").
     """
 
     name = "dask"
@@ -68,7 +79,8 @@ class DaskScheduler(Scheduler):
 
     def __init__(self, device_groups: Any = None, *, client: Any = None,
                  scheduler_address: str | None = None, security: Any = None,
-                 workers: int | None = None, batch_seconds: float = 0.3, max_batch: int = 1000):
+                 workers: int | None = None, batch_seconds: float = 0.3, max_batch: int = 1000,
+                 dashboard: bool = False):
         if client is not None and scheduler_address is not None:
             raise ValueError("give client= or scheduler_address=, not both")
         if workers is not None and (client is not None or scheduler_address is not None):
@@ -76,6 +88,10 @@ class DaskScheduler(Scheduler):
         if client is not None and security is not None:
             raise ValueError("a Client keeps the security it was made with; drop security= or "
                              "pass scheduler_address= with it instead of client=")
+        if dashboard and (client is not None or scheduler_address is not None):
+            raise ValueError("dashboard= is for the embedded cluster; an existing cluster serves "
+                             "its own (`dask scheduler --dashboard-address`)")
+        self.dashboard = bool(dashboard)
         self.groups = normalize_groups(device_groups)
         self.client = client
         self.scheduler_address = scheduler_address
@@ -110,13 +126,17 @@ class DaskScheduler(Scheduler):
             if self.scheduler_address is not None:
                 self.client = Client(self.scheduler_address, security=self.security)
             else:
-                with dask.config.set(OWN_CLUSTER_CONFIG):
+                config = OWN_CLUSTER_CONFIG if self.dashboard else {**OWN_CLUSTER_CONFIG,
+                                                                     **NO_HTTP_CONFIG}
+                with dask.config.set(config):
                     cluster = self._embedded_cluster()
                     self._owned.append(cluster)
                     self.client = Client(cluster, security=cluster.security)
                 threading.Thread(target=self._keep_workers, args=(cluster,), daemon=True,
                                  name="dask-keeper").start()
-                print(f"dask dashboard: {self.client.dashboard_link}", file=sys.stderr)
+                if self.dashboard:
+                    print(f"dask dashboard: {self.client.dashboard_link} (plain HTTP: every "
+                          "user of this machine can read it)", file=sys.stderr)
             self._owned.insert(0, self.client)
         self._threads = max(1, sum(self.client.nthreads().values()))
         self._resources = {"GPU": 1} if self.groups is not None else None
@@ -141,6 +161,7 @@ class DaskScheduler(Scheduler):
         if self.groups is None:
             return LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
                                 host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                                scheduler_kwargs={"dashboard": self.dashboard},
                                 protocol=protocol, security=security)
         workers = {
             f"group-{i}": {"cls": Nanny, "options": {
@@ -152,7 +173,8 @@ class DaskScheduler(Scheduler):
         }
         scheduler = {"cls": DaskScheduler_,
                      "options": {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0",
-                                 "protocol": protocol, "security": security}}
+                                 "dashboard": self.dashboard, "protocol": protocol,
+                                 "security": security}}
         return SpecCluster(workers=workers, scheduler=scheduler, security=security)
 
     def _keep_workers(self, cluster: Any) -> None:

@@ -104,7 +104,10 @@ def test_campaign_run_on_a_finished_ledger_prints_nothing_to_run_and_exits_0(tmp
     assert first.returncode == 0, first.stderr
     assert "2/2 accepted" in first.stdout and "(0 kept from the ledger, 2 ran now)" in first.stdout
     before = file_state(tmp_path / "l.json")
-    again = campaign_run(tmp_path, *args, "--execution", "dask")
+    (tmp_path / "spec.toml").write_text(  # a dask cluster, if one started, would say so
+        'target = "model.py:fit"\nitems = "items.json"\nledger = "l.json"\n'
+        'execution = "dask"\n[options]\ndashboard = true\n')
+    again = campaign_run(tmp_path, "spec.toml", "--progress", "off")
     assert again.returncode == 0, again.stderr
     line = again.stdout.strip()
     assert "2/2 accepted" in line and "(2 kept from the ledger, nothing to run)" in line

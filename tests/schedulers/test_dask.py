@@ -42,13 +42,14 @@ def client():
 @pytest.mark.slow
 def test_embedded_cluster_runs_everything_and_says_where(ledger, capfd):
     items = [{"task_id": f"t{i}", "x": i} for i in range(200)]
-    camp = checkpointed_map(where, items, ledger_path=ledger, execution="dask", workers=2)
+    camp = checkpointed_map(where, items, ledger_path=ledger, execution="dask", workers=2,
+                            dashboard=True)
     assert camp.complete and [r["x2"] for r in camp.results] == [2 * i for i in range(200)]
     pids = {r["pid"] for r in camp.results}  # worker processes; which ran what is dask's choice
     assert os.getpid() not in pids and 1 <= len(pids) <= 2
     rec, result = camp.records["t5"], camp.result("t5")
     assert result is not None and rec["pid"] == result["pid"] and rec["worker"] is not None
-    assert "dask dashboard: http://127.0.0.1:" in capfd.readouterr().err
+    assert "dask dashboard: http://127.0.0.1:" in capfd.readouterr().err  # asked for
 
 
 def test_existing_client_failures_and_resume_from_serial(ledger, client):
