@@ -33,7 +33,7 @@ import orjson
 from schedulers import ErrorInfo, OutcomeKind
 from schedulers._usage import Meter
 
-from . import _document, _records
+from . import _document, _ownership, _records
 from ._atomic import HOST
 from ._errors import Interrupted, LedgerError
 from ._jsonvalue import decode
@@ -41,7 +41,15 @@ from ._leases import Heartbeat, Leases
 from ._policy import Limits, settle, stopped
 from ._signals import Stop, signals_raise
 from ._status import ACCEPTED
-from ._workdir import WorkDir, busy_state, forget_state, merge_fragments, overlay, task_list_path
+from ._workdir import (
+    WorkDir,
+    busy_state,
+    check_submission_id,
+    forget_state,
+    merge_fragments,
+    overlay,
+    task_list_path,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -126,9 +134,11 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
         LedgerError: the ledger has no such submission.
     """
     ledger = Path(ledger)
+    check_submission_id(submission)
     owner = owner or slurm_owner()
     try:
-        task_ids = orjson.loads(task_list_path(ledger, submission).read_bytes())
+        task_ids = orjson.loads(_ownership.read_bytes(task_list_path(ledger, submission),
+                                                      ledger))
     except FileNotFoundError:
         raise LedgerError(f"ledger {ledger} has no submission {submission!r} (no "
                           f"{task_list_path(ledger, submission)}); submit it with "

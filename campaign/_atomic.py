@@ -6,6 +6,7 @@ import errno
 import os
 import secrets
 import socket
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -34,8 +35,38 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+#: The extended attribute that holds a file's POSIX access ACL (`setfacl`).
+ACL_XATTR = "system.posix_acl_access"
+
+
+def keep_modes(fd: int, like: str | os.PathLike[str]) -> None:
+    """Give the open file ``fd`` the permission bits, group and access ACL of the file
+    ``like`` (the file it will replace), where ``like`` exists: a rewrite of a ``chmod 600``
+    ledger stays private, a group-shared one stays shared. A group this user is not a member
+    of, or an ACL the file system does not keep, is left as it is (the bits are kept)."""
+    try:
+        st = os.stat(like)
+    except FileNotFoundError:
+        return
+    if st.st_gid != os.fstat(fd).st_gid:
+        try:
+            os.fchown(fd, -1, st.st_gid)
+        except PermissionError:
+            pass
+    os.fchmod(fd, stat.S_IMODE(st.st_mode))  # after the chown, which may clear set-id bits
+    try:
+        acl = os.getxattr(like, ACL_XATTR)
+    except OSError:  # none (ENODATA), or not kept by this file system (ENOTSUP)
+        return
+    try:
+        os.setxattr(fd, ACL_XATTR, acl)
+    except OSError:
+        pass
+
+
 def atomic_write(path: str | os.PathLike[str], data: bytes | Iterable[bytes], *,
-                 durable: bool = True) -> os.stat_result:
+                 durable: bool = True, like: str | os.PathLike[str] | None = None,
+                 mode: int = 0o644) -> os.stat_result:
     """Replace ``path`` by ``data``: temporary file in the same folder, write, flush, fsync,
     ``os.replace``, fsync of the folder. Returns the new file's stat.
 
@@ -47,11 +78,16 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | Iterable[bytes], *,
 
     A symlink is followed: the file it points to is replaced (the temporary file is made beside
     that file) and the link stays a link. An `OSError` (disk full, read-only file system, I/O
-    error) leaves the old file as it was and no temporary file behind."""
+    error) leaves the old file as it was and no temporary file behind.
+
+    The new file keeps the mode, group and ACL of the file it replaces, or of ``like`` where
+    given (`keep_modes`); a file new under ``path`` and without ``like`` is created with
+    ``mode`` (less the umask)."""
     path = Path(os.path.realpath(path))
     tmp = tmp_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
+        keep_modes(fd, path if like is None else like)
         for chunk in (data,) if isinstance(data, bytes) else data:
             view = memoryview(chunk)
             while view:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -90,6 +91,30 @@ def parse(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
+#: A record's start: ``"<task id>":{"status":`` (the writer's first field), spaces allowed.
+_RECORD_START = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*\{\s*"status"\s*:')
+
+
+def too_deep_text(data: bytes, pos: int, path: str | os.PathLike[str]) -> str:
+    """The message for a ledger whose JSON nests deeper than orjson parses (1,024 levels; the
+    writer refuses items past `campaign._jsonvalue`'s 200 at the door), naming the task whose
+    record holds it where the text before ``pos`` shows it."""
+    found = list(_RECORD_START.finditer(data, 0, max(0, pos)))
+    where = "a record"
+    if found:
+        quoted = b'"' + found[-1].group(1) + b'"'
+        try:
+            where = f"the record of task {orjson.loads(quoted)!r}"
+        except orjson.JSONDecodeError:
+            pass
+    return (f"ledger {path}: {where} nests lists and objects more than 1,024 levels deep (at "
+            f"char {pos}), deeper than any reader of this project parses, and more than a run "
+            "writes (items nested over 200 levels are refused at the door): the file was "
+            "edited by hand or written by another program, and was left untouched. Fix: "
+            "flatten that value with another JSON tool, or restore the file from a backup (a "
+            "'.replaced-' or '.before-forget-' file beside it)")
+
+
 def _parse_unchecked(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
     if not data.strip():  # Unsettled: a stale cache may explain it (`campaign._stale`)
         raise Unsettled(
@@ -99,6 +124,8 @@ def _parse_unchecked(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
+        if "depth" in exc.msg or "recursion" in exc.msg:  # whole, but no reader can parse it
+            raise LedgerError(too_deep_text(data, exc.pos, path)) from None
         raise Unsettled(
             f"ledger {path} is not valid JSON ({exc}); it may be truncated or corrupt. It was "
             "left untouched: restore it from a backup (a '.replaced-' or '.before-forget-' file "
@@ -305,7 +332,7 @@ def _update_locked(path: Path, mutate: Callable[[dict[str, Any]], Any],
     try:
         if original is not None:
             saved = backup_path(path, backup or "backup")
-            atomic_write(saved, original)
+            atomic_write(saved, original, like=path)  # as private as the ledger
         doc["updated"] = time.time()
         made_from(doc, state)
         doc["generation"] = _journal.new_generation()

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from . import _ownership
 from ._atomic import fsync_dir
 from ._store import RecordStore
 
@@ -61,9 +62,12 @@ def append(ledger: Path, line: bytes) -> int:
     An `OSError` (disk full, I/O error) cuts the journal back to its size before the append,
     if it can, and is raised again: the caller compacts next time."""
     path = journal_path(ledger)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                 _ownership.new_file_mode(ledger))  # a private ledger's journal is private
     try:
-        before = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        _ownership.check(path, st, ledger)  # never append to another user's file
+        before = st.st_size
         try:
             view = memoryview(line)
             while view:
@@ -111,7 +115,7 @@ def read(ledger: Path, generation: str | None) -> Journal:
     generation (a version-1 file) no line applies."""
     path = journal_path(ledger)
     try:
-        data = path.read_bytes()
+        data = _ownership.read_bytes(path, ledger)
     except FileNotFoundError:
         return Journal()
     found = Journal(size=len(data))
@@ -141,10 +145,11 @@ def read_records(ledger: Path, generation: str | None) -> JournalRecords:
     if generation is None:
         return found
     try:
-        f = open(path, "rb")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return found
-    with f:
+    with open(fd, "rb") as f:
+        _ownership.check(path, os.fstat(fd), ledger)
         for entry in _entries(path, f, generation):
             for task_id, rec in entry["tasks"].items():
                 found.records.add(task_id, rec)

@@ -25,7 +25,7 @@ from . import _skew
 from ._atomic import atomic_write
 from ._owner_lease import create_exclusive
 from ._signals import block_stop_signals
-from ._workdir import WorkDir, read_json, task_key, work_root
+from ._workdir import WorkDir, checked_root, read_json, task_key
 
 logger = logging.getLogger(__name__)
 
@@ -190,8 +190,8 @@ def _create(path: Path, lease: dict[str, Any]) -> bool:
 
 def live_leases(ledger: Path) -> list[dict[str, Any]]:
     """Leases of any submission of this ledger that have not expired."""
-    root = work_root(ledger)
-    if not root.exists():
+    root = checked_root(ledger)
+    if root is None:
         return []
     now = time.time()
     return [lease for lease in _newest_per_task(root / "leases") if lease["expires"] > now]

@@ -63,6 +63,7 @@ class LedgerLock:
     def __init__(self, lock_file: Path, *, timeout: float, poll_interval: float = 0.002):
         self.lock_file = Path(lock_file)
         self.owner = self.lock_file.with_name(self.lock_file.name + ".owner")
+        self.ledger = self.lock_file.with_name(self.lock_file.name.removesuffix(".lock"))
         self.timeout = timeout
         self.poll_interval = poll_interval
         self._flock = FileLock(self.lock_file, timeout=timeout, thread_local=False,
@@ -105,7 +106,7 @@ class LedgerLock:
         token, self._token = self._token, None
         try:
             if token is not None and not os.path.lexists(self._marker(token)):
-                found, _ = read_lease(self.owner)
+                found, _ = read_lease(self.owner, self.ledger)
                 if found is None or found.get("token") == token:  # None: a stale cached size
                     os.unlink(self.owner)
                 else:
@@ -133,7 +134,7 @@ class LedgerLock:
                 self._token = token
                 return
             try:
-                found, st = read_lease(self.owner)
+                found, st = read_lease(self.owner, self.ledger)
             except FileNotFoundError:  # released meanwhile (or a view's cached name): again
                 if not blocking or time.monotonic() > deadline:
                     raise Timeout(str(self.owner)) from None
@@ -172,7 +173,7 @@ class LedgerLock:
         if not create_exclusive(self._marker(victim), data):
             return False  # another process breaks it
         try:
-            again, st2 = read_lease(self.owner)
+            again, st2 = read_lease(self.owner, self.ledger)
         except FileNotFoundError:
             again, st2 = None, None
         if st2 is None or _instance(again, st2) != victim:

@@ -36,6 +36,7 @@ import orjson
 
 from ._atomic import HOST, atomic_write, tmp_name
 from ._errors import DriverBusyError, LeaseLostError
+from ._ownership import check as check_owner
 from ._signals import block_stop_signals
 
 logger = logging.getLogger(__name__)
@@ -201,11 +202,15 @@ def no_flock(exc: BaseException) -> bool:
         isinstance(exc, OSError) and exc.errno in NO_FLOCK)
 
 
-def read_lease(path: Path) -> tuple[dict[str, Any] | None, os.stat_result]:
+def read_lease(path: Path, ledger: Path | None = None) -> tuple[dict[str, Any] | None,
+                                                                os.stat_result]:
     """A lease file's object (None while it is being written, or when it cannot be parsed)
-    and its stat. Raises `FileNotFoundError` when there is no such file."""
+    and its stat. Raises `FileNotFoundError` when there is no such file; with ``ledger``,
+    `LedgerError` when it is not the ledger owner's (`campaign._ownership`)."""
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
+        if ledger is not None:
+            check_owner(path, st, ledger)
         data = f.read()
     try:
         found = orjson.loads(data)
@@ -290,7 +295,7 @@ class DriverLease:
             if n == 0:
                 return None
             try:
-                found, st = read_lease(self.path(n))
+                found, st = read_lease(self.path(n), self.ledger)
             except FileNotFoundError:
                 continue  # removed meanwhile: look again
             return None if free(found, st, self.seconds) else (found or {"expires": None})
@@ -303,7 +308,7 @@ class DriverLease:
         for _ in range(1000):
             if n:
                 try:
-                    found, st = read_lease(self.path(n))
+                    found, st = read_lease(self.path(n), self.ledger)
                 except FileNotFoundError:
                     n = self._newest()
                     continue
@@ -345,7 +350,7 @@ class DriverLease:
         while found is None and time.monotonic() < deadline:
             time.sleep(0.05)
             try:
-                found = read_lease(self.path(n))[0]
+                found = read_lease(self.path(n), self.ledger)[0]
             except FileNotFoundError:
                 break
         return found
@@ -413,7 +418,7 @@ class DriverLease:
                 taker: dict[str, Any] = {}
                 if newest > n:
                     try:
-                        taker = read_lease(self.path(newest))[0] or {}
+                        taker = read_lease(self.path(newest), self.ledger)[0] or {}
                     except FileNotFoundError:
                         pass
                 self.taken_by = taker

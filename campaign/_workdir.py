@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import time
 import uuid
@@ -38,8 +39,9 @@ from typing import Any
 
 import orjson
 
-from . import _document
+from . import _document, _ownership
 from ._atomic import HOST, atomic_write
+from ._errors import LedgerError
 from ._records import fold_superseded, is_folded, merge
 from ._status import ACCEPTED
 
@@ -55,12 +57,41 @@ def task_key(task_id: str) -> str:
     return hashlib.sha1(task_id.encode()).hexdigest()
 
 
+def ledger_of(path: Path) -> Path:
+    """The ledger whose ``<ledger>.work/`` holds ``path``."""
+    for folder in path.parents:
+        if folder.name.endswith(".work"):
+            return folder.with_name(folder.name[: -len(".work")])
+    raise ValueError(f"{path} is not under a ledger's .work/ folder")
+
+
 def read_json(path: Path) -> Any:
-    """A small JSON file of ``<ledger>.work/``, or None if it is gone or being written."""
+    """A small JSON file of ``<ledger>.work/``, or None if it is gone or being written.
+    Raises `LedgerError` if it is not the ledger owner's (`campaign._ownership`)."""
     try:
-        return orjson.loads(path.read_bytes())
+        return orjson.loads(_ownership.read_bytes(path, ledger_of(path)))
     except (FileNotFoundError, orjson.JSONDecodeError):
         return None
+
+
+def checked_root(ledger: Path) -> Path | None:
+    """``<ledger>.work/`` once checked to be the ledger owner's (`campaign._ownership`), or None
+    where it does not exist."""
+    root = work_root(ledger)
+    return root if _ownership.check_folder(root, ledger_of(root / "x")) else None
+
+
+#: What a submission id may hold (`campaign submit` makes 12 hexadecimal digits).
+SUBMISSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def check_submission_id(submission: str) -> None:
+    """Raise `LedgerError` unless ``submission`` is a submission id: 1 to 64 letters, digits,
+    ``_`` or ``-`` (never a path such as ``../x``, whose files no merge would find)."""
+    if not isinstance(submission, str) or not SUBMISSION_ID.fullmatch(submission):
+        raise LedgerError(
+            f"submission id {submission!r} is not valid: an id is 1 to 64 letters, digits, '_' "
+            "or '-' (`campaign submit` prints it, `campaign status` shows it as 'submission')")
 
 
 def task_list_path(ledger: Path, submission: str) -> Path:
@@ -70,7 +101,7 @@ def task_list_path(ledger: Path, submission: str) -> Path:
 
 def write_task_list(ledger: Path, submission: str, task_ids: list[str]) -> None:
     path = task_list_path(ledger, submission)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _ownership.make_folder(path.parent, ledger)
     atomic_write(path, orjson.dumps(task_ids))
 
 
@@ -78,6 +109,7 @@ class WorkDir:
     """The folder of one submission (one `campaign submit`) and the shared ones beside it."""
 
     def __init__(self, ledger: Path, submission: str):
+        check_submission_id(submission)
         self.ledger = Path(ledger)
         self.submission = submission
         root = work_root(self.ledger)
@@ -87,8 +119,8 @@ class WorkDir:
         self.latest = root / "latest"
         self.accepted = root / "accepted"
         self.fragments = self.root / "fragments"
-        for folder in (self.leases, self.done, self.accepted, self.latest, self.fragments):
-            folder.mkdir(parents=True, exist_ok=True)
+        for folder in (root, self.leases, self.done, self.accepted, self.latest, self.fragments):
+            _ownership.make_folder(folder, self.ledger)  # 0700, or checked: the owner's only
         self._seq = 0
         self._planned: Mapping[str, Mapping[str, Any]] = {}
 
@@ -115,8 +147,7 @@ class WorkDir:
         """An accepted mark of the planned item: it holds the item's fingerprint (empty: a
         mark written before marks held it, taken as the planned item's)."""
         try:
-            with open(f"{self.accepted}/{key}", "rb") as f:
-                mark = f.read()
+            mark = _ownership.read_bytes(Path(f"{self.accepted}/{key}"), self.ledger)
         except FileNotFoundError:
             return False
         want = self._fingerprint(task_id)
@@ -162,13 +193,14 @@ class WorkDir:
     def lost(self, task_id: str) -> int:
         """How many times this submission lost the task (its array worker died holding it)."""
         try:
-            return int(orjson.loads((self.root / "lost" / task_key(task_id)).read_bytes()))
+            return int(orjson.loads(_ownership.read_bytes(self.root / "lost" / task_key(task_id),
+                                                          self.ledger)))
         except (FileNotFoundError, orjson.JSONDecodeError, TypeError, ValueError):
             return 0
 
     def set_lost(self, task_id: str, lost: int) -> None:
         folder = self.root / "lost"
-        folder.mkdir(exist_ok=True)
+        _ownership.make_folder(folder, self.ledger)
         atomic_write(folder / task_key(task_id), orjson.dumps(lost))
 
     # ------------------------------------------------------------------ records
@@ -199,8 +231,8 @@ class WorkDir:
 
 def fragment_files(ledger: Path) -> list[Path]:
     """Every fragment of every submission of this ledger, oldest first."""
-    root = work_root(ledger)
-    if not root.exists():
+    root = checked_root(ledger)
+    if root is None:
         return []
     return sorted(root.glob("*/fragments/*.json"), key=lambda p: p.name)
 
@@ -208,7 +240,7 @@ def fragment_files(ledger: Path) -> list[Path]:
 def load_fragment(path: Path) -> dict[str, dict[str, Any]] | None:
     """The records of a fragment file, or None if it is gone or not (yet) whole."""
     try:
-        return orjson.loads(path.read_bytes())["records"]
+        return orjson.loads(_ownership.read_bytes(path, ledger_of(path)))["records"]
     except (FileNotFoundError, orjson.JSONDecodeError, KeyError, TypeError):
         return None
 
@@ -290,7 +322,7 @@ def forget_state(ledger: Path) -> bytes | None:
     have removed a task after the worker read it, and the worker reads the ledger again under
     its lock (`campaign._array_worker`)."""
     try:
-        return forgets_path(ledger).read_bytes()
+        return _ownership.read_bytes(forgets_path(ledger), ledger)
     except FileNotFoundError:
         return None
 
@@ -324,14 +356,14 @@ def forget_traces(ledger: Path, task_ids: list[str]) -> int:
     A crash part way leaves the ledger's records as they were (the forget did not happen; the
     fragments of the other tasks are whole), never a record that a merge could bring back
     after the ledger forgot it."""
-    root = work_root(ledger)
-    if not root.is_dir() or not task_ids:
+    root = checked_root(ledger)
+    if root is None or not task_ids:
         return 0
     ids = set(task_ids)
     changed = 0
     for path in fragment_files(ledger):  # first: a merge would bring their records back
         try:
-            whole = orjson.loads(path.read_bytes())
+            whole = orjson.loads(_ownership.read_bytes(path, ledger))
         except (FileNotFoundError, orjson.JSONDecodeError):
             continue
         records = whole.get("records") if isinstance(whole, dict) else None

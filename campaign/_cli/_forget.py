@@ -11,7 +11,7 @@ import click
 from .._shell import command
 from ._exits import BadInput
 from ._format import plural
-from ._options import ledger_argument, verbose_option
+from ._options import ledger_argument, verbose_option, with_errors
 from ._reading import read_ledger
 
 #: Statuses ``--status`` may name: never accepted (results are never thrown away by status).
@@ -24,6 +24,7 @@ FORGETTABLE = ("failed", "interrupted")
 @click.option("--status", "statuses", type=click.Choice(FORGETTABLE), multiple=True,
               help="Forget every task with this status (repeatable).")
 @verbose_option
+@with_errors
 def forget_command(ledger: Path, task_ids: tuple[str, ...], statuses: tuple[str, ...]) -> int:
     """Remove the records of the TASK_IDs (or of all tasks with --status) from LEDGER, so that
     the next `campaign run` or `campaign submit` runs those tasks again, e.g. after their item
@@ -49,15 +50,12 @@ def forget_command(ledger: Path, task_ids: tuple[str, ...], statuses: tuple[str,
 
     from filelock import Timeout
 
-    from .._errors import DriverBusyError
     from .._forget import forget
 
     try:  # chosen again under the lock, on the ledger as it is then
         removed, backup = forget(ledger, lambda tasks: _chosen(tasks, wanted, statuses))
     except Timeout:
         raise BadInput(f"ledger {ledger} stayed locked by another process; try again") from None
-    except DriverBusyError as exc:
-        raise BadInput(str(exc)) from None
     click.echo(f"campaign: forgot {plural(len(removed), 'task')} in {ledger}; the ledger as it "
                f"was is kept as {backup}")
     click.echo("campaign: they run again at the next `campaign run` or `campaign submit` on "
