@@ -69,7 +69,8 @@ def submit_array(items: Iterable[Mapping[str, Any]], *, ledger_path: str | os.Pa
                  command: Callable[[str], Sequence[str | os.PathLike[str]]], array: str,
                  resume: bool = True, log_dir: str | os.PathLike[str] | None = None,
                  job_name: str = "campaign", workdir: str | os.PathLike[str] | None = None,
-                 dry_run: bool = False, **options: Any) -> ArraySubmission:
+                 dry_run: bool = False, on_submitted: Callable[[str], None] | None = None,
+                 **options: Any) -> ArraySubmission:
     """Plan ``items`` in the ledger once and submit a Slurm job array whose every element runs
     ``command(submission)``, a worker that claims the tasks (`run_worker`) until none is left.
 
@@ -93,6 +94,10 @@ def submit_array(items: Iterable[Mapping[str, Any]], *, ledger_path: str | os.Pa
         workdir: the folder the elements run in and sbatch runs from (default: this one).
         dry_run: only render the script (for the submission ``<submission>``, not held):
             nothing is read, written or submitted.
+        on_submitted: called with the job id as soon as sbatch accepted the held job, before
+            the ledger records it (``campaign submit`` prints it then): a process killed in
+            between leaves a held job that nothing runs and the ledger does not know, to
+            cancel with ``scancel <id>``.
         options: the other keywords of `schedulers.slurm.render_array_script` (`script_options`:
             ``time``, ``partition``, ``account``, ``cpus_per_task``, ``mem``, ``gpus_per_task``,
             ``signal_before_end``, ``extra_directives``, ``prologue``). With ``time`` and no
@@ -128,6 +133,8 @@ def submit_array(items: Iterable[Mapping[str, Any]], *, ledger_path: str | os.Pa
                                planned.plan.kept, len(planned.plan.refused), job.log_dir, None)
     text = job.script(planned.id, hold=True)  # a bad option: refused before anything is written
     job_id = job.submit(text)
+    if on_submitted is not None:  # before the ledger knows it: a kill now leaves it held
+        on_submitted(job_id)
     sub = _record(planned, job_id, job.log_dir)
     _release(job_id)
     return ArraySubmission(job_id, sub.id, sub.ledger, array, len(sub.plan.to_run),

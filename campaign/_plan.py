@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _document, _records, _storeload
-from ._array import fragment_files, overlay
+from ._array import fragment_files, merge_fragments, overlay
 from ._campaign import Campaign, refused_message
 from ._errors import LedgerError
 from ._items import ItemSelection, PreparedItems
@@ -96,16 +96,18 @@ def nothing_to_run(path: str | os.PathLike[str], prepared: PreparedItems) -> Cam
     """The campaign as the ledger holds it when every item is accepted there with the same
     fingerprint (a finished campaign resumed), else None.
 
-    Only reads the ledger (its journal and array fragments included), a block at a time, and
-    writes nothing, but a journal left by a killed driver is compacted into the file (one
-    write); no scheduler is needed. Raises `LedgerError` for a ledger that is not valid (it is
-    left untouched).
+    Reads the ledger (its journal and array fragments included), a block at a time, and writes
+    nothing, but array workers' fragments not merged yet are merged into the file first, and a
+    journal left by a killed driver is compacted into it (one write each), so that the file
+    alone then holds everything; no scheduler is needed. Raises `LedgerError` for a ledger that
+    is not valid (it is left untouched).
     """
     begun = time.monotonic()
     path = Path(path)
     if not path.exists():
         return None
     if fragment_files(path):
+        merge_fragments(path)  # into the file, not only into what is returned
         tasks = _accepted_loaded(path, prepared)
     elif not journal_path(path).exists():  # the common case, a finished ledger
         tasks = _accepted_scanned(path, prepared)

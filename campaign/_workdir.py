@@ -185,10 +185,10 @@ class WorkDir:
         if accepted:
             fingerprint = self._fingerprint(task_id)
             if fingerprint is None:
-                (self.accepted / key).touch()
+                (self.accepted / key).touch(mode=0o644)  # never group-writable by a umask
             else:
                 atomic_write(self.accepted / key, fingerprint.encode(), durable=False)
-        (self.done / key).touch()
+        (self.done / key).touch(mode=0o644)
 
     def lost(self, task_id: str) -> int:
         """How many times this submission lost the task (its array worker died holding it)."""

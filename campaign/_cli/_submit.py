@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import inspect
 import re
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from .._shell import command
 from ._exits import EXIT_FAILED, EXIT_OK, BadInput
 from ._format import plural
 from ._inputs import read_items
@@ -91,8 +91,15 @@ def submit_command(spec: str, array: str, time_limit: str | None, partition: str
         return [sys.executable, "-m", "campaign._cli", "worker", str(spec_path),
                 "--submission", submission, "--lease-seconds", f"{lease:g}"]
 
+    def submitted(job: str) -> None:  # printed before the ledger records the job
+        click.echo(f"campaign: sbatch accepted job {job}, held until the ledger records it; if "
+                   "this command is killed before it prints the job id on standard output, "
+                   f"nothing of it runs: cancel it with `{command('scancel', job)}`", err=True)
+        sys.stderr.flush()
+
     try:
         done = submit_array(items, ledger_path=cfg.ledger, command=worker, array=elements,
+                            on_submitted=submitted,
                             resume=cfg.resume, log_dir=opts.pop("log_dir", None),
                             job_name=opts.pop("job_name", None) or "campaign",
                             workdir=spec_path.parent, dry_run=dry_run, **opts)
@@ -112,7 +119,7 @@ def submit_command(spec: str, array: str, time_limit: str | None, partition: str
                f"{plural(done.to_run, 'task')} of submission {done.submission}; "
                f"{done.kept} accepted earlier"
                + (f", {done.refused} refused (see campaign failures)" if done.refused else "")
-               + f". Logs: {done.log_dir}. Watch: campaign status {shlex.quote(str(cfg.ledger))}",
+               + f". Logs: {done.log_dir}. Watch: {command('campaign', 'status', cfg.ledger)}",
                err=True)
     return EXIT_OK
 

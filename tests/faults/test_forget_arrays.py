@@ -7,6 +7,7 @@ again as a user would (`prepare_submission`, `campaign worker`)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import orjson
 import pytest
 from testkit import PYTHON, ROOT, child_env, wait_until
 
-from campaign import read_ledger
+from campaign import checkpointed_map, read_ledger
 from campaign._submit import prepare_submission
 from campaign._workdir import task_key, work_root
 
@@ -135,3 +136,38 @@ def test_a_task_an_array_worker_runs_now_is_refused(tmp_path, marks):
         proc.terminate()
         proc.communicate(timeout=120)
     assert read_ledger(ledger)["tasks"][held]["status"] == "interrupted"
+
+
+def test_a_resume_with_nothing_to_run_writes_the_workers_records_into_the_file(tmp_path, marks):
+    ledger = tmp_path / "ledger.json"
+    items = items_for(marks, 5)
+    prepare_submission(items, ledger_path=ledger)
+    planned = ledger.read_bytes()  # every task pending
+    run_array(tmp_path, items)
+    assert list(work_root(ledger).glob("*/fragments/*.json"))  # kept until a merge finds them
+    ledger.write_bytes(planned)  # as if the workers' last merge was lost (a broken lock)
+    assert {r["status"] for r in orjson.loads(ledger.read_bytes())["tasks"].values()} == {
+        "pending"}
+
+    camp = checkpointed_map(lambda item: 1 / 0, items, ledger_path=ledger)  # runs nothing
+    assert camp.complete and [r["x2"] for r in camp.results] == [2 * i for i in range(5)]
+    on_disk = orjson.loads(ledger.read_bytes())["tasks"]  # the file alone, no fragment read
+    assert {r["status"] for r in on_disk.values()} == {"accepted"}, on_disk
+    assert all(calls(marks, f"t{i:02d}") == [str(i)] for i in range(5))
+
+
+def test_workers_under_a_group_umask_read_their_own_files(tmp_path, marks):
+    """umask 002 (user private groups) must not make the workers' own files look foreign to
+    a private (0600) ledger: what they write is never group-writable."""
+    ledger = tmp_path / "ledger.json"
+    items = items_for(marks, 6)
+    prepare_submission(items, ledger_path=ledger)
+    ledger.chmod(0o600)
+    old = os.umask(0o002)
+    try:
+        run_array(tmp_path, items)
+    finally:
+        os.umask(old)
+    tasks = read_ledger(ledger)["tasks"]
+    assert {r["status"] for r in tasks.values()} == {"accepted"}, tasks
+    assert oct(ledger.stat().st_mode & 0o777) == oct(0o600)

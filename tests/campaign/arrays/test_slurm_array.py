@@ -246,3 +246,42 @@ def test_submit_array_refuses_what_slurm_would_and_writes_nothing(tmp_path):
     assert dry.job is None and dry.script is not None
     assert "--signal=B:USR1@120" in dry.script and "true '<submission>'" in dry.script
     assert sorted(tmp_path.rglob("*")) == before and not ledger.exists()
+
+
+KILLED_AFTER_SBATCH = """
+import os, signal, sys
+from campaign import submit_array
+items = [{"task_id": "t0", "x": 0, "sleep": 0.0, "marks": sys.argv[2]}]
+
+def killed(job):
+    print(job, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # between sbatch and the ledger's record
+
+submit_array(items, ledger_path=sys.argv[1], command=lambda s: ["true"], array="1",
+             on_submitted=killed)
+"""
+
+
+@pytest.mark.slow
+def test_a_submit_killed_after_sbatch_is_told_the_job_to_cancel(tmp_path):
+    spec, ledger = make_campaign(tmp_path, 3, 0.0)
+    proc = campaign("submit", str(spec), "--array", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip()
+    told = f"campaign: sbatch accepted job {job}, held until the ledger records it"
+    assert told in proc.stderr and f"`scancel {job}`" in proc.stderr  # said before the record
+    assert wait_for_job(job) == {f"{job}_0": "COMPLETED"}
+
+    other = tmp_path / "killed.json"
+    child = subprocess.run([PYTHON, "-c", KILLED_AFTER_SBATCH, str(other), str(tmp_path)],
+                           env=child_env(), capture_output=True, text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    held = child.stdout.strip()
+    assert held.isdigit()
+    queued = subprocess.run(["squeue", "-h", "-j", held, "-o", "%T %r"], capture_output=True,
+                            text=True, check=True).stdout
+    assert queued.startswith("PENDING") and "Held" in queued, queued  # nothing of it runs
+    assert not other.exists() or held not in other.read_text()  # the ledger never knew it
+    subprocess.run(["scancel", held], check=True)  # the advice, as printed
+    assert wait_for_job(held) == {held: "CANCELLED"} or not subprocess.run(
+        ["squeue", "-h", "-j", held], capture_output=True, text=True).stdout.strip()
