@@ -20,7 +20,7 @@ from .._compat import shard_map
 from ._lower import DATA, Plan
 from ._structure import BucketPlan
 
-__all__ = ["Totals", "evaluate", "jacobian_factor"]
+__all__ = ["Totals", "evaluate", "finite_slots", "jacobian_factor"]
 
 
 class Totals(NamedTuple):
@@ -102,6 +102,35 @@ def evaluate(plan: Plan, data: tuple[dict[str, Any], ...], x: jax.Array, *,
     data_specs = jax.tree.map(lambda _: PartitionSpec(DATA), data)
     # shard_map's out_specs: a Totals of PartitionSpecs, the pytree of the output's layout
     out_specs = Totals(*(PartitionSpec(),) * 4)  # type: ignore[arg-type]
+    return shard_map(local, plan.mesh, (PartitionSpec(), data_specs), out_specs)(x, data)
+
+
+def finite_slots(plan: Plan, data: tuple[dict[str, Any], ...], x: jax.Array, *,
+                 hessian: bool) -> tuple[jax.Array, ...]:
+    """For each bucket, whether each slot's cost and derivatives at ``x`` are finite.
+
+    One boolean per slot of the bucket's stacked experiments (device order, padding included),
+    gathered along ``data`` so that every device holds all of them: the experiments behind a
+    non-finite total can be named.
+    """
+    n = x.shape[0]
+    log = jnp.asarray(plan.log, dtype=bool)
+
+    def ok(t: Totals) -> jax.Array:
+        return (jnp.isfinite(t.cost) & jnp.all(jnp.isfinite(t.gradient))
+                & jnp.all(jnp.isfinite(t.gauss_newton)) & jnp.all(jnp.isfinite(t.hessian)))
+
+    def local(x, data):
+        out = []
+        for bucket, d in zip(plan.buckets, data):
+            fn = partial(_experiment, bucket, log, n, hessian, x)
+            one = lambda de, fn=fn: ok(fn(de))  # noqa: E731
+            flags = jax.lax.map(one, d) if bucket.sequential else jax.vmap(one)(d)
+            out.append(jax.lax.all_gather(flags, DATA, tiled=True))
+        return tuple(out)
+
+    data_specs = jax.tree.map(lambda _: PartitionSpec(DATA), data)
+    out_specs = tuple(PartitionSpec() for _ in plan.buckets)
     return shard_map(local, plan.mesh, (PartitionSpec(), data_specs), out_specs)(x, data)
 
 

@@ -55,6 +55,9 @@ class LoweredProblem:
         balanced: whether experiments were reassigned by work (``Layout.balance_steps``).
         n_residuals: the number of observations (padding excluded).
         noise_known: whether every measurement gives its noise (else covariances are scaled).
+        slots: for each group of alike experiments (in ``plan.buckets`` order), the experiment
+            id in each stacked slot (device order), ``None`` for zero-weight padding; empty
+            where not known (experiments evaluated by other processes).
     """
 
     problem: InferenceProblem
@@ -72,6 +75,7 @@ class LoweredProblem:
     balanced: bool
     n_residuals: int
     noise_known: bool
+    slots: tuple[tuple[str | None, ...], ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -251,6 +255,7 @@ def lower(problem: InferenceProblem, layout: Layout | None = None) -> LoweredPro
     replicated = NamedSharding(mesh, PartitionSpec())
 
     data: list[dict[str, Any]] = []
+    slot_ids: list[tuple[str | None, ...]] = []
     per_device: list[list[str]] = [[] for _ in range(n_dev)]
     device_work = [0.0] * n_dev
     experiment_work: dict[str, float] = {}
@@ -271,6 +276,7 @@ def lower(problem: InferenceProblem, layout: Layout | None = None) -> LoweredPro
             order += g + [-1] * (slots - len(g))
             per_device[d] += [bucket.experiments[i].id for i in g]
         data.append(_bucket_arrays(bucket, order, index, sharding))
+        slot_ids.append(tuple(None if i < 0 else bucket.experiments[i].id for i in order))
         logger.debug("lowered %d experiments (%d slots of %d times, %d rows) on %d devices",
                      n, slots * n_dev, bucket.n_times, bucket.n_rows, n_dev)
 
@@ -288,4 +294,4 @@ def lower(problem: InferenceProblem, layout: Layout | None = None) -> LoweredPro
         assignment=tuple(tuple(ids) for ids in per_device),
         work=tuple(device_work) if balanced and work_known else None,
         experiment_work=experiment_work, balanced=balanced,
-        n_residuals=n_residuals, noise_known=noise_known)
+        n_residuals=n_residuals, noise_known=noise_known, slots=tuple(slot_ids))

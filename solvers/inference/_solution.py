@@ -26,7 +26,11 @@ class Status(CodedStatus):
     COLLAPSED = (-2, "the step shrank to rounding level without converging: a cost that is not "
                      "smooth (e.g. a model solved with too loose tolerances), float32 arithmetic "
                      "(enable jax_enable_x64) or tolerances below rounding level")
-    NONFINITE = (-3, "the cost, gradient or curvature is not finite at the initial parameters")
+    NONFINITE = (-3, "the cost, gradient or curvature is not finite at the initial parameters, "
+                     "or at every trial point down to rounding level (the model gives NaN or "
+                     "infinity there: a failed ODE/DAE solve, sqrt or log of a negative number); "
+                     "nonfinite_experiments names the experiments that do; start elsewhere or "
+                     "bound the parameters away from where they fail")
     SINGULAR = (-4, "the gradient vanished where the curvature is singular: the data do not "
                     "determine some parameter combination, or the model lost its sensitivity "
                     "(a plateau; a log parameter running towards 0); bound the parameters, "
@@ -63,6 +67,11 @@ class OptResult:
         iterations: accepted steps; ``nfev``: evaluations of the cost with its derivatives.
         at_bound: names of parameters that ended at a bound.
         n_residuals: observations fitted.
+        nonfinite_trials: trial points (the start included) where the cost or its derivatives
+            were not finite; each was rejected like a step that increased the cost.
+        nonfinite_experiments: for a fit that did not converge after such a point, the ids of
+            the experiments whose cost or derivatives were not finite at the last of them (in
+            the order of the problem); empty otherwise.
     """
 
     values: Mapping[str, float]
@@ -75,6 +84,8 @@ class OptResult:
     nfev: int
     at_bound: tuple[str, ...]
     n_residuals: int
+    nonfinite_trials: int = 0
+    nonfinite_experiments: tuple[str, ...] = ()
 
     @property
     def converged(self) -> bool:

@@ -10,6 +10,7 @@ import numpy as np
 
 from .._mesh import Layout
 from ._covariance import covariance
+from ._evaluate import finite_slots
 from ._lower import LoweredProblem, lower, natural
 from ._problem import InferenceProblem
 from ._solution import OptResult, Status
@@ -20,12 +21,29 @@ __all__ = ["optsolve"]
 logger = logging.getLogger(__name__)
 
 _run = jax.jit(run, static_argnums=(0, 1))
+_finite_slots = jax.jit(finite_slots, static_argnums=(0,), static_argnames=("hessian",))
 _warned_x64 = False
 
 
 def _host(a: jax.Array) -> np.ndarray:
     """A replicated array's value (works when the mesh spans other processes too)."""
     return np.asarray(a.addressable_data(0))
+
+
+def _nonfinite_experiments(lowered: LoweredProblem, x: jax.Array, hessian: bool
+                           ) -> tuple[str, ...]:
+    """The ids of the experiments whose cost or derivatives are not finite at ``x``."""
+    flags = _finite_slots(lowered.plan, lowered.data, x, hessian=hessian)
+    bad: set[str] = set()
+    for i, f in enumerate(flags):
+        ok = _host(f)
+        if i >= len(lowered.slots):   # evaluated elsewhere (another process): not named here
+            if not ok.all():
+                bad.add(f"<experiments of group {i}, evaluated by another process>")
+            continue
+        bad.update(e for e, good in zip(lowered.slots[i], ok) if e is not None and not good)
+    order = [e.id for e in lowered.problem.experiments]
+    return tuple(sorted(bad, key=lambda e: order.index(e) if e in order else len(order)))
 
 
 def optsolve(problem: InferenceProblem | LoweredProblem, method: _Method | None = None, *,
@@ -77,13 +95,24 @@ def optsolve(problem: InferenceProblem | LoweredProblem, method: _Method | None 
                      lowered.names, m, cost, lowered.noise_known)
     status = Status.of(int(_host(out.status)))
     names = lowered.names
+    nonfinite = int(_host(out.nonfinite))
+    culprits: tuple[str, ...] = ()
+    if nonfinite and not status.converged:
+        culprits = _nonfinite_experiments(lowered, out.bad_x, method.exact_hessian)
     result = OptResult(values={n: float(v) for n, v in zip(names, theta)}, names=names,
                        covariance=cov, cost=cost, gradient=_host(out.totals.gradient),
                        status=status, iterations=int(_host(out.accepted)),
                        nfev=int(_host(out.trials)) + 1,
                        at_bound=tuple(n for n, b in zip(names, at_bound) if b),
-                       n_residuals=m)
+                       n_residuals=m, nonfinite_trials=nonfinite,
+                       nonfinite_experiments=culprits)
     if not status.converged:
-        logger.warning("fit did not converge: %s (%s) after %d evaluations", status.name.lower(),
-                       status.message, result.nfev)
+        where = ""
+        if culprits:
+            bad = natural(log, _host(out.bad_x).astype(np.float64))
+            where = (f"; {nonfinite} trial points gave a non-finite cost or derivatives, the "
+                     f"last at {dict(zip(names, bad.round(12).tolist()))}, from experiment(s) "
+                     f"{', '.join(map(repr, culprits))}")
+        logger.warning("fit did not converge: %s (%s) after %d evaluations%s",
+                       status.name.lower(), status.message, result.nfev, where)
     return result
