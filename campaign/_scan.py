@@ -164,9 +164,10 @@ class Scan:
             return
         rest, ended, done = self._rest, False, 0
         self._rest = b""
+        size = self.block
         try:
             while not ended:
-                data = self._file.read(self.block)
+                data = self._file.read(size)
                 ended = not data
                 rest += data
                 if ended:
@@ -181,9 +182,11 @@ class Scan:
                     got = self._last(piece, plain)
                 else:
                     split = self._split(rest, plain)
-                    if split is None:
-                        continue  # one record longer than the block so far: read on
+                    if split is None:  # one record longer than the block so far: read on,
+                        size = max(size, len(rest))  # as much again (linear in the record)
+                        continue
                     got, rest = split
+                    size = self.block
                 if got is None:
                     yield self._fallback(done)
                     return
