@@ -157,9 +157,8 @@ def test_rewrites_keep_the_mode_group_and_acl(scratch, stranger):
                            check=True).stdout.split(":")[2]
     os.chown(scratch, -1, int(share))
     scratch.chmod(0o640)
-    acl = shutil.which("setfacl") is not None
-    if acl:
-        subprocess.run(["setfacl", "-m", f"u:{STRANGER}:r", str(scratch)], check=True)
+    require(shutil.which("setfacl") is not None, "setfacl (Debian's acl)")
+    subprocess.run(["setfacl", "-m", f"u:{STRANGER}:r", str(scratch)], check=True)
     items = [{"task_id": t, "x": i + 1} for i, t in enumerate("abcd")]  # d: new, a write
     checkpointed_map(fit, items, ledger_path=scratch)
     proc = campaign("forget", str(scratch), "b")  # a rewrite, and a backup of the old file
@@ -169,10 +168,9 @@ def test_rewrites_keep_the_mode_group_and_acl(scratch, stranger):
     for path in (scratch, backup):
         st = path.stat()
         assert stat.S_IMODE(st.st_mode) == 0o640 and st.st_gid == int(share), path
-        if acl:
-            shown = subprocess.run(["getfacl", "-c", str(path)], capture_output=True,
-                                   text=True, check=True).stdout
-            assert f"user:{STRANGER}:r--" in shown, (path, shown)
+        shown = subprocess.run(["getfacl", "-c", str(path)], capture_output=True, text=True,
+                               check=True).stdout
+        assert f"user:{STRANGER}:r--" in shown, (path, shown)
 
 
 def test_work_folders_are_private_and_journals_follow_the_ledger(scratch):
