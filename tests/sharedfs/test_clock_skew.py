@@ -94,3 +94,57 @@ def test_campaign_status_shows_a_skewed_worker(views, tmp_path):
     (line,) = [ln for ln in status.stdout.splitlines() if ln.startswith("clock ")]
     seconds = float(re.search(r" is \+(\d+\.\d) s off the file server's", line).group(1))
     assert AHEAD - 1.5 <= seconds <= AHEAD + 1.5, line
+
+
+FAR = 1.5 * LEASE  # twice the 3/4 x lease_seconds two workers' clocks may differ by
+
+
+def real_times(marks, task_id):
+    """(worker element, start, end) of each run of ``task_id``, by the file system's clock
+    (the marks' mtimes: libfaketime moves what the worker reads, not what the kernel stamps)."""
+    runs = {}
+    for mark in marks.glob(f"{task_id}.*"):
+        _, element, pid, _, kind = mark.name.split(".")
+        runs.setdefault((element, pid), {})[kind] = mark.stat().st_mtime
+    return [(element, r["start"], r.get("end")) for (element, _), r in runs.items()]
+
+
+@pytest.mark.parametrize("kind", ["bindfs-nolock", "sshfs"])
+def test_every_run_that_overlapped_is_in_the_ledger_as_superseded(views, tmp_path, kind):
+    """A worker whose clock is far ahead takes over the live lease of a worker on the file
+    server's clock: the task runs twice at once. Both runs are in the ledger: the taker's as
+    the task's outcome, the other's as a superseded attempt in its history; and the skewed
+    worker warned."""
+    require(shutil.which("faketime") is not None, "faketime not found (apt-get install faketime)")
+    a, b, _ = views(kind)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (a / "spec.toml").write_text(f'target = "{TASK}:run"\nitems = "items.json"\n'
+                                 'ledger = "ledger.json"\n')
+    (a / "items.json").write_text("[]")
+    items = [{"task_id": "t0", "x": 0, "sleep": 3 * LEASE, "marks": str(marks)}]
+    sub = prepare_submission(items, ledger_path=a / "ledger.json").id
+    env = dict(child_env(), SLURM_ARRAY_TASK_ID="0", SLURM_ARRAY_TASK_COUNT="1")
+    command = [PYTHON, "-m", "campaign._cli", "worker", "--submission", sub,
+               "--lease-seconds", str(LEASE), "--merge-every", "0.5"]
+    on_time = subprocess.Popen([*command[:4], str(a / "spec.toml"), *command[4:]],
+                               env=dict(env, SLURM_ARRAY_JOB_ID="4000"), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: list(marks.glob("t0.0.*.start")), "the first worker to begin t0")
+    ahead = subprocess.run(["faketime", "-f", f"+{FAR:g}s", *command[:4], str(b / "spec.toml"),
+                            *command[4:]], env=dict(env, SLURM_ARRAY_JOB_ID="4001"),
+                           capture_output=True, text=True, timeout=300)
+    _, err = on_time.communicate(timeout=300)
+    assert on_time.returncode == 0, err
+    assert ahead.returncode == 0, ahead.stderr
+    assert len(re.findall(r"this host's clock is \+\d+\.\d s", ahead.stderr)) == 1, ahead.stderr
+
+    runs = real_times(marks, "t0")
+    assert len(runs) == 2 and all(end is not None for _, _, end in runs), runs
+    (_, s1, e1), (_, s2, e2) = runs
+    assert s1 < e2 and s2 < e1  # they overlapped: the lease was taken over while it was live
+    rec = read_ledger(a / "ledger.json")["tasks"]["t0"]
+    assert rec["status"] == "accepted" and rec["worker"] == "4001_0", rec
+    superseded = [e for e in rec["history"] if (e.get("error") or {}).get("type") == "WorkerLost"
+                  and "so it ran twice" in e["error"]["message"]]
+    assert len(superseded) == 1 and superseded[0]["worker"] == "4000_0", rec["history"]
