@@ -10,7 +10,7 @@ minimum over the parameters) of every parameter and of every standard error; obs
 development machine 6.9 to 10.7 (parameters) and 6.8 to 11.0 (standard errors); MGH09 is the
 lowest (its cost is flat to 1e-14 relative within 1e-7 of the optimum). `TrustRegion.tight()`
 must reach 7 digits of the parameters everywhere and a median of 8.5 (observed 7.3 to 11.0,
-median 9.1). benchmarks/nist_fits.py prints both against scipy.
+median 9.2). benchmarks/nist_fits.py prints both against scipy.
 
 From the certified values, the standard errors are computed at the certified optimum from the
 residual variance ``RSS / (m - n)``, as NIST's are. Lanczos1 is left out: its residuals are at
