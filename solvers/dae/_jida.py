@@ -35,8 +35,9 @@ class JIDA:
             least 0.1) and counts as a convergence failure. Stored as a tuple.
         max_order: the highest BDF order (1 to 5).
         max_steps: the most accepted steps; reaching it ends the solve with ``MAX_STEPS``.
-        initial_step: the first step; default IDA's (``0.001 (t1 - t0)``, shortened when
-            ``|y'0|`` is large).
+        initial_step: the first step; default IDA's (``0.001 (first_output - t0)``,
+            shortened when ``|y'0|`` is large; `pdesolve`'s ``first_output`` is by default the
+            first save time after ``t0``).
         max_step: the largest step.
         suppress_algebraic: leave algebraic unknowns out of the error test.
         max_newton: corrector iterations per attempt (IDA's ``maxcor``, 4).
@@ -44,8 +45,12 @@ class JIDA:
         dcj: the relative change of the step coefficient ``c = alpha / h`` beyond which the
             iteration matrix is refactored (IDA's 0.25).
         max_error_failures, max_convergence_failures: failures allowed within one step.
-        initialize: compute consistent algebraic unknowns and derivatives at ``t0`` (IDA's
-            ``IDA_YA_YDP_INIT``); when ``False`` the given ``y0``, ``yp0`` are used as they are.
+        initialize: the consistent initialization at ``t0`` (IDA's ``IDACalcIC``):
+            ``"ya_ydp"`` (default; ``True`` is the same) computes the algebraic unknowns and the
+            derivatives of the differential ones (``IDA_YA_YDP_INIT``; run when ``yp0`` is
+            not given or some unknown is algebraic); ``"y"`` computes all of ``y`` given
+            ``yp0`` (``IDA_Y_INIT``); ``False`` uses the given ``y0``, ``yp0`` as they are.
+            Its step is sized from `pdesolve`'s ``first_output``.
     """
 
     linear: str | LinearSolver = "auto"
@@ -61,7 +66,7 @@ class JIDA:
     dcj: float = 0.25
     max_error_failures: int = 10
     max_convergence_failures: int = 10
-    initialize: bool = True
+    initialize: bool | str = "ya_ydp"
     constraints: Sequence[int] | None = None
 
     def __post_init__(self) -> None:
@@ -74,6 +79,7 @@ class JIDA:
                              f"{self.atol!r} give an infinite weight); e.g. JIDA(rtol=1e-6, "
                              f"atol=1e-9)")
         object.__setattr__(self, "constraints", _constraints(self.constraints))
+        object.__setattr__(self, "initialize", _initialize(self.initialize))
         if not (isinstance(self.max_order, int) and 1 <= self.max_order <= 5):
             raise ValueError(f"JIDA(max_order=...) must be 1, 2, 3, 4 or 5, got "
                              f"{self.max_order!r}")
@@ -125,6 +131,17 @@ def _atol(value: object) -> float | tuple[float, ...]:
     if not (np.all(np.isfinite(a)) and np.all(a >= 0)):
         raise ValueError(f"JIDA(atol=...) entries must be finite and >= 0, got {a.tolist()!r}")
     return tuple(float(v) for v in a)
+
+
+def _initialize(value: object) -> str | bool:
+    """``"ya_ydp"`` (also ``True``), ``"y"`` or ``False``."""
+    if value is True or (isinstance(value, str) and value == "ya_ydp"):
+        return "ya_ydp"
+    if value is False or (isinstance(value, str) and value == "y"):
+        return value
+    raise ValueError(f"JIDA(initialize=...) takes 'ya_ydp' (IDA_YA_YDP_INIT, the default; "
+                     f"also True), 'y' (IDA_Y_INIT: all of y from a given yp0) or False (take "
+                     f"y0, yp0 as given), got {value!r}")
 
 
 def _constraints(value: object) -> tuple[int, ...] | None:

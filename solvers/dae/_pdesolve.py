@@ -42,12 +42,12 @@ def _zero_tangent(x: Any) -> Any:
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _solve(ctx: Context, args: Any, y0: jax.Array, yp0: Any, t0: jax.Array, t1: jax.Array,
-           ts: jax.Array) -> Any:
-    return integrate(ctx, args, y0, yp0, t0, t1, ts)
+           ts: jax.Array, tout1: jax.Array) -> Any:
+    return integrate(ctx, args, y0, yp0, t0, t1, ts, tout1)
 
 
 def _solve_jvp(ctx, primals, tangents):
-    args, y0, yp0, t0, t1, ts = primals
+    args, y0, yp0, t0, t1, ts, tout1 = primals
     leaves, treedef = jax.tree.flatten((args, y0, yp0))
     dleaves = jax.tree.leaves(tangents[:3], is_leaf=lambda x: isinstance(x, SymbolicZero))
     chosen = tuple(i for i, (x, d) in enumerate(zip(leaves, dleaves))
@@ -56,7 +56,7 @@ def _solve_jvp(ctx, primals, tangents):
     if not chosen:
         out = _solve(ctx, *primals)
         return out, jax.tree.map(_zero_tangent, out)
-    jac, out = _sensitivities(ctx, treedef, chosen, leaves, t0, t1, ts)
+    jac, out = _sensitivities(ctx, treedef, chosen, leaves, t0, t1, ts, tout1)
     ys = out[0]
     # NaN sensitivities where the solve failed: a factor, so that the tangent stays linear (its
     # transpose, reverse mode, carries the NaN) and second derivatives are NaN there too.
@@ -80,7 +80,7 @@ def _unreached(ys: jax.Array, code: jax.Array) -> jax.Array:
 
 @partial(jax.jit, static_argnums=(0, 1, 2))
 def _sensitivities(ctx: Context, treedef: Any, chosen: tuple[int, ...], leaves: list[Any],
-                   t0: jax.Array, t1: jax.Array, ts: jax.Array) -> Any:
+                   t0: jax.Array, t1: jax.Array, ts: jax.Array, tout1: jax.Array) -> Any:
     """The solve and ``d ys / d leaves[i]`` for ``i`` in ``chosen``, in one pass (jitted, so a
     model that solves twice with the same shapes, as a fit does, is traced once)."""
     def run(*selected):
@@ -88,7 +88,7 @@ def _sensitivities(ctx: Context, treedef: Any, chosen: tuple[int, ...], leaves: 
         for i, x in zip(chosen, selected):
             full[i] = x
         a, y, yp = jax.tree.unflatten(treedef, full)
-        out = integrate(ctx, a, y, yp, t0, t1, ts)
+        out = integrate(ctx, a, y, yp, t0, t1, ts, tout1)
         return out[0], out
 
     return jax.jacfwd(run, argnums=tuple(range(len(chosen))), has_aux=True)(
@@ -126,6 +126,22 @@ def _check_vectors(solver: JIDA, problem: DAEProblem, y0: jax.Array) -> None:
                              f"2: > 0, -1: <= 0, -2: < 0); start inside them")
 
 
+def _first_output(first_output: Any, t0: jax.Array, t1: jax.Array, ts: jax.Array,
+                  c0: np.ndarray | None, dtype: Any) -> jax.Array:
+    """IDA's ``tout1``: ``first_output``, else the first save time after ``t0`` (else ``t1``)."""
+    if first_output is None:
+        return jnp.min(jnp.where(ts > t0, ts, t1))
+    tout1 = jnp.asarray(first_output, dtype)
+    if tout1.ndim != 0:
+        raise ValueError(f"first_output must be a time (a scalar), got shape {tout1.shape}")
+    c = _concrete(tout1)
+    if c is not None and c0 is not None and not c > c0:
+        raise ValueError(f"first_output={float(c)!r} must be after t0={float(c0)!r}: it is IDA's "
+                         f"tout1, the first time the solution is wanted (None: the first save "
+                         f"time after t0)")
+    return tout1
+
+
 def _run(problem: DAEProblem, solver: JIDA, args: Any, *operands: Any) -> Any:
     """The compiled solve with ``args``, else the problem's own; a residual that fails for
     want of parameters says where to give them."""
@@ -142,18 +158,24 @@ def _run(problem: DAEProblem, solver: JIDA, args: Any, *operands: Any) -> Any:
 
 
 def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0: Any,
-             yp0: Any = None, *, saveat: SaveAt | None = None, args: Any = None) -> Solution:
+             yp0: Any = None, *, saveat: SaveAt | None = None, args: Any = None,
+             first_output: Any = None) -> Solution:
     """Solve the index-1 DAE ``F(t, y, y', args) = 0`` from ``t0`` to ``t1``.
 
     Arguments:
         problem: a `DAEProblem` (or what a spec's ``build()`` returns).
         solver: `JIDA(linear=..., rtol=..., atol=..., max_order=5)`; ``None`` is ``JIDA()``.
         span: ``(t0, t1)`` with ``t1 > t0``.
-        y0: the initial state ``(n,)``. With ``JIDA(initialize=True)`` (default) its algebraic
-            part is only a first guess: it is made consistent, as are the derivatives.
-        yp0: initial derivatives; ``None`` lets the consistent initialization compute them.
+        y0: the initial state ``(n,)``. With ``JIDA(initialize="ya_ydp")`` (default, also
+            ``True``) its algebraic part is only a first guess: it is made consistent, as are
+            the derivatives; with ``initialize="y"`` all of it is a guess, solved given ``yp0``.
+        yp0: initial derivatives; ``None`` lets the consistent initialization compute them
+            (``initialize="y"`` needs them).
         saveat: `SaveAt(ts=...)`: where to return the state; default ``t1`` only.
         args: the residual's ``args`` (parameters); default ``problem.args``.
+        first_output: IDA's ``tout1``, the time that sizes the initialization's step
+            (``IDACalcIC``) and the first step: ``0.001 (first_output - t0)``, cut by
+            ``|y'0|``; default the first save time after ``t0`` (``t1`` if none is).
 
     Returns:
         A `Solution`: ``ts``, ``ys`` (``(len(ts), n)``), ``stats`` and ``status``. A failed solve
@@ -195,6 +217,9 @@ def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0
     elif not solver.initialize:
         raise ValueError("JIDA(initialize=False) uses y0 and yp0 as given: pass yp0= (or let "
                          "the solver initialize consistently)")
+    elif solver.initialize == "y":
+        raise ValueError("JIDA(initialize='y') solves for all of y0 given yp0 (IDA_Y_INIT): "
+                         f"pass yp0= of shape ({problem.n},), e.g. zeros for a steady state")
     t0, t1 = jnp.asarray(t0, dtype), jnp.asarray(t1, dtype)
     ts = jnp.reshape(t1, (1,)) if saveat.ts is None else jnp.asarray(saveat.ts, dtype)
     if ts.ndim != 1 or ts.size == 0:
@@ -208,7 +233,8 @@ def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0
         if c0 is not None and c1 is not None and (cts[0] < c0 or cts[-1] > c1):
             raise ValueError(f"SaveAt(ts=...) spans [{cts[0]!r}, {cts[-1]!r}], outside the "
                              f"span [{float(c0)!r}, {float(c1)!r}]; save inside [t0, t1]")
-    ys, stats, code = _run(problem, solver, args, y0, yp0, t0, t1, ts)
+    tout1 = _first_output(first_output, t0, t1, ts, c0, dtype)
+    ys, stats, code = _run(problem, solver, args, y0, yp0, t0, t1, ts, tout1)
     sol = Solution(ts=ts, ys=ys, stats=dict(zip(STAT_NAMES, stats)), code=code)
     concrete = _concrete(code)
     if concrete is not None and concrete.ndim == 0 and int(concrete) != Status.SUCCESS.code:

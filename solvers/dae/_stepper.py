@@ -194,30 +194,42 @@ class _Run(NamedTuple):
 
 
 def _calc_ic(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0: jax.Array,
-             t1: jax.Array, run: _Run) -> Initialized:
+             tout1: jax.Array, run: _Run) -> Initialized:
     """IDACalcIC: consistent ``(y, y')`` at ``t0`` and the work it took, when the solver asks
-    for it and it is needed (no ``yp0``, or algebraic unknowns); else ``(y0, yp0)`` as given."""
+    for it and it is needed (``"ya_ydp"``: no ``yp0``, or algebraic unknowns; ``"y"``: always);
+    else ``(y0, yp0)`` as given. Its step ``hic`` is IDA's: ``0.001 |tout1 - t0|`` cut to
+    ``0.5 / |y'0|`` (WRMS norm, the given ``y'0``) when that is smaller."""
     s = ctx.solver
     numeric = ctx.backend.empty(ctx.symbolic, y0.dtype)
-    run_ic = s.initialize and (yp0 is None or ctx.problem.has_algebraic)
+    mode = s.initialize
+    run_ic = mode == "y" or (mode == "ya_ydp" and (yp0 is None or ctx.problem.has_algebraic))
     yp0 = jnp.zeros_like(y0) if yp0 is None else yp0
     if run_ic:
-        return initialize(ctx, t0, 0.001 * (t1 - t0), run.weights(y0), numeric, y0, yp0, args)
+        ewt = run.weights(y0)
+        tdist = tout1 - t0
+        hic = 0.001 * tdist
+        ypnorm = wrms(sg(yp0), ewt * run.emask)
+        hic = sg(jnp.where(ypnorm > 0.5 / hic, 0.5 / ypnorm, hic))
+        # IDA's sysindex = 0 (no algebraic unknown): the norm of h y' is scaled by tdist / h.
+        index0 = mode == "ya_ydp" and not ctx.problem.has_algebraic
+        scale = tdist / hic if index0 else jnp.ones_like(hic)
+        return initialize(ctx, mode, t0, hic, sg(scale), ewt, numeric, y0, yp0, args)
     zero = jnp.zeros((), jnp.int32)
     return Initialized(y0, yp0, numeric, jnp.asarray(True), zero, zero, zero)
 
 
-def _initial_step(s: JIDA, tdist: jax.Array, yp0: jax.Array, ewt0: jax.Array, emask: Any,
-                  dtype: Any) -> jax.Array:
-    """IDASolve's first step: ``s.initial_step``, or ``0.001 (t1 - t0)`` cut so that the
-    weighted RMS norm of ``h y'0`` is at most 0.5; never over ``max_step`` or ``t1 - t0``."""
+def _initial_step(s: JIDA, tdist: jax.Array, span: jax.Array, yp0: jax.Array, ewt0: jax.Array,
+                  emask: Any, dtype: Any) -> jax.Array:
+    """IDASolve's first step: ``s.initial_step``, or ``0.001 tdist`` (``tdist`` from ``t0`` to the
+    first output time, IDA's first ``tout``) cut so that the weighted RMS norm of ``h y'0`` is at
+    most 0.5; never over ``max_step`` or the span ``t1 - t0``."""
     if s.initial_step is None:
         h = 0.001 * tdist
         ypnorm = wrms(sg(yp0), ewt0 * emask)
         h = jnp.where(ypnorm > 0.5 / h, 0.5 / ypnorm, h)
     else:
         h = jnp.asarray(s.initial_step, dtype)
-    return jnp.minimum(jnp.minimum(h, s.max_step), tdist)
+    return jnp.minimum(jnp.minimum(h, s.max_step), span)
 
 
 def _first_state(ctx: Context, args: Any, ic: Initialized, t0: jax.Array, h: jax.Array,
@@ -281,7 +293,8 @@ def _attempt(run: _Run, st: _State) -> _State:
     f = handle_failure(p, e, nls_fail, err_fail, nl.cfail, nl.eta_c, k, st.ncf, st.nef,
                        st.psi, st.phi, st.stats.steps == 0)
     save, ys = _save(K, run.ts, ok, p, done.phi_new, k, st.save, st.ys)
-    tiny_h = f.h_fail <= 10.0 * run.eps * jnp.maximum(jnp.abs(st.t), jnp.abs(run.t1))
+    # Below rounding level of t itself (not of t1: a long span must not floor the first steps)
+    tiny_h = f.h_fail <= 10.0 * run.eps * jnp.abs(st.t) + jnp.finfo(st.t.dtype).tiny
     code = _return_flag(s, ok, p.last, nst, nl, f, err_fail, nls_fail, tiny_h)
 
     def pick3(a, b, c):  # success, retry, failure
@@ -306,19 +319,21 @@ def _attempt(run: _Run, st: _State) -> _State:
 
 
 def integrate(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0: jax.Array,
-              t1: jax.Array, ts: jax.Array) -> tuple[jax.Array, _Stats, jax.Array]:
+              t1: jax.Array, ts: jax.Array, tout1: jax.Array
+              ) -> tuple[jax.Array, _Stats, jax.Array]:
     """Solve from ``t0`` to ``t1``; returns the states at ``ts``, the statistics and the status
-    code. Traceable; differentiable (forward mode) in ``args``, ``y0`` and ``yp0``."""
+    code. ``tout1`` (IDA's first output time) sizes the initialization's step and the first
+    step. Traceable; differentiable (forward mode) in ``args``, ``y0`` and ``yp0``."""
     s = ctx.solver
     dtype = y0.dtype
-    t0, t1, ts = sg(t0), sg(t1), sg(ts)
+    t0, t1, ts, tout1 = sg(t0), sg(t1), sg(ts), sg(tout1)
     alg = jnp.asarray(ctx.algebraic)
     emask = jnp.where(alg, 0.0, 1.0).astype(dtype) if s.suppress_algebraic else 1.0
     constraints = s.constraints if s.constraints is not None and any(s.constraints) else None
     run = _Run(ctx, args, t1, ts, jnp.asarray(s.atol, dtype), emask, constraints,
                (1.0 - s.dcj) / (1.0 + s.dcj), jnp.finfo(dtype).eps)
-    ic = _calc_ic(ctx, args, y0, yp0, t0, t1, run)
-    h = _initial_step(s, t1 - t0, ic.yp, run.weights(ic.y), emask, dtype)
+    ic = _calc_ic(ctx, args, y0, yp0, t0, tout1, run)
+    h = _initial_step(s, tout1 - t0, t1 - t0, ic.yp, run.weights(ic.y), emask, dtype)
     state = _first_state(ctx, args, ic, t0, h, ts)
     final = jax.lax.while_loop(lambda st: st.code < 0, partial(_attempt, run), state)
     ys = ctx.backend.release(ctx.symbolic, final.numeric, final.ys)

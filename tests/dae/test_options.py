@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from problems import decay_problem
+from problems import decay_exact, decay_problem
 
 from solvers.dae import JIDA, DAEProblem, SaveAt, Status, pdesolve
 
@@ -103,3 +103,52 @@ def test_bad_option_values_say_what_is_wrong():
     with pytest.raises(ValueError, match="rtol > 0 or every atol > 0"):
         JIDA(rtol=0.0, atol=[1e-8, 0.0])
     assert hash(JIDA(atol=np.array([1e-8, 1e-6]))) == hash(JIDA(atol=(1e-8, 1e-6)))
+
+
+def test_initialize_y_solves_all_of_y_from_the_given_derivatives():
+    # IDA_Y_INIT: y'0 of y0 = (1, 3, 4) given, y0 guessed as zeros; y'0's algebraic entry is
+    # unused. Then y(t) = (e^{-kt}, 3 e^{-2kt}, ...) and d y / d y'0 = (-e^{-kt} / k, ...).
+    k = 0.5
+    ts = np.concatenate([[0.0], TS])
+    solver = JIDA(linear="dense", rtol=1e-10, atol=1e-12, initialize="y")
+
+    def ys(yp0):
+        return pdesolve(decay_problem(), solver, (0.0, 2.0), np.zeros(3), yp0,
+                        saveat=SaveAt(ts=ts), args={"k": k}).ys
+
+    yp0 = jnp.array([-k * 1.0, -2.0 * k * 3.0, 7.0])
+    exact = decay_exact(ts, k, (1.0, 3.0))
+    np.testing.assert_allclose(ys(yp0), exact, rtol=1e-7)
+    jac = np.asarray(jax.jit(jax.jacfwd(ys))(yp0))   # (times, unknowns, y'0 entries)
+    d0, d1 = -np.exp(-k * ts) / k, -np.exp(-2.0 * k * ts) / (2.0 * k)
+    np.testing.assert_allclose(jac[:, 0, 0], d0, rtol=1e-6)
+    np.testing.assert_allclose(jac[:, 1, 1], d1, rtol=1e-6)
+    np.testing.assert_allclose(jac[:, 2, :2], np.stack([d0, d1], axis=1), rtol=1e-6)
+    np.testing.assert_allclose(jac[:, :, 2], 0.0, atol=1e-12)
+
+
+def test_first_output_sizes_the_first_steps_as_idas_tout1():
+    # Loose tolerances, so that 0.001 (first_output - t0) is not cut by |y'0|.
+    solver = JIDA(linear="dense", rtol=1e-2, atol=1e-2)
+
+    def solve(**kw):
+        sol = pdesolve(decay_problem(), solver, (0.0, 2.0), Y0, saveat=SaveAt(ts=TS),
+                       args={"k": 1.0}, **kw)
+        assert sol.status is Status.SUCCESS
+        return np.asarray(sol.ys), {k: int(v) for k, v in sol.stats.items()}
+
+    default, explicit, span = solve(), solve(first_output=TS[0]), solve(first_output=2.0)
+    np.testing.assert_array_equal(default[0], explicit[0])
+    assert default[1] == explicit[1]
+    assert not np.array_equal(default[0], span[0])
+
+
+def test_initialization_options_say_what_is_wrong():
+    with pytest.raises(ValueError, match=r"initialize=\.\.\.\) takes 'ya_ydp' .* got 'yp'"):
+        JIDA(initialize="yp")
+    assert JIDA(initialize=True) == JIDA(initialize="ya_ydp") == JIDA()
+    assert JIDA(initialize=True).initialize == "ya_ydp"
+    with pytest.raises(ValueError, match=r"initialize='y'\) solves .* pass yp0="):
+        pdesolve(decay_problem(), JIDA(initialize="y"), (0.0, 1.0), Y0)
+    with pytest.raises(ValueError, match=r"first_output=0.0 must be after t0=0.0"):
+        pdesolve(decay_problem(), JIDA(), (0.0, 1.0), Y0, first_output=0.0)

@@ -1,5 +1,5 @@
-"""Two of SUNDIALS IDA's serial examples, posed for `pdesolve` exactly as their .c files pose them,
-and readers for the outputs IDA prints for them.
+"""Three of SUNDIALS IDA's and IDAS's serial examples, posed for `pdesolve` exactly as their .c
+files pose them, and readers for the outputs they print.
 
 Source: github.com/LLNL/sundials, examples/ida/serial/ (commit
 c8dabcea90ca8bf195474da120e4f3dd39aa711f): idaRoberts_dns.c / .out and idaHeat2D_klu.c / .out
@@ -14,6 +14,13 @@ c8dabcea90ca8bf195474da120e4f3dd39aa711f): idaRoberts_dns.c / .out and idaHeat2D
   u'0 from the interior equations; rtol = 0, atol = 1e-8, constraints u >= 0 everywhere
   (IDASetConstraints), IDACalcIC(IDA_YA_YDP_INIT), KLU, output at t = 0.01 * 2^k up to 10.24;
   ``umax`` is the max norm of u.
+- idasRoberts_FSA_dns (examples/idas/serial/, same commit; data/idas/ holds its output for
+  ``-sensi stg t``, unchanged): Robertson's kinetics with parameters p = (0.04, 1e4, 3e7),
+  ``res = (y1' + p1 y1 - p2 y2 y3, y2' - p1 y1 + p2 y2 y3 + p3 y2^2, y1 + y2 + y3 - 1)``;
+  y0 = (1, 0, 0) and the inconsistent y'0 = (0.1, 0, 0), corrected by
+  IDACalcIC(IDA_YA_YDP_INIT, tout1 = 0.4); rtol = 1e-6, atol = (1e-8, 1e-14, 1e-6); dense
+  linear solver; output at t = 0.4 * 10^k, k = 0..11, with the forward sensitivities
+  d y / d p (staggered, in the error test) and a quadrature (not posed here).
 """
 
 from __future__ import annotations
@@ -122,4 +129,40 @@ def heat_output() -> list[tuple[float, float, int, int, int]]:
                              int(parts[4])))
             except ValueError:
                 continue
+    return rows
+
+
+# --- idasRoberts_FSA_dns ---------------------------------------------------------------------
+
+FSA_RTOL = 1e-6
+FSA_ATOL = (1e-8, 1e-14, 1e-6)
+FSA_P = np.array([0.04, 1.0e4, 3.0e7])
+FSA_Y0 = np.array([1.0, 0.0, 0.0])
+FSA_YP0 = np.array([0.1, 0.0, 0.0])   # not consistent: IDACalcIC corrects it
+FSA_TS = 0.4 * 10.0 ** np.arange(12)
+FSA_OUT = Path(__file__).resolve().parent / "data" / "idas" / "idasRoberts_FSA_dns_-sensi_stg_t.out"
+
+
+def _res_fsa(t, y, yp, p):
+    """``res`` of idasRoberts_FSA_dns.c, operation for operation."""
+    return jnp.stack([yp[0] + p[0] * y[0] - p[1] * y[1] * y[2],
+                      yp[1] - p[0] * y[0] + p[1] * y[1] * y[2] + p[2] * y[1] * y[1],
+                      y[0] + y[1] + y[2] - 1.0])
+
+
+@functools.cache
+def fsa_problem() -> DAEProblem:
+    return DAEProblem(_res_fsa, np.ones((3, 3), bool), algebraic=[2], name="idasRoberts_FSA_dns")
+
+
+def fsa_output() -> list[tuple[float, int, np.ndarray, np.ndarray]]:
+    """IDAS's printed rows: (t, nst, y (3,), sensitivities (3 parameters, 3 unknowns))."""
+    lines = FSA_OUT.read_text().splitlines()
+    rows = []
+    for i, line in enumerate(lines):
+        parts = line.split()
+        if len(parts) == 4 and lines[i + 1].split()[:1] == ["Solution"]:
+            y = np.array([float(v) for v in lines[i + 1].split()[1:]])
+            s = np.array([[float(v) for v in lines[i + 2 + j].split()[2:]] for j in range(3)])
+            rows.append((float(parts[0]), int(parts[3]), y, s))
     return rows
