@@ -23,6 +23,13 @@ Printed per size (medians of --repeats warm runs; JIDA's first call, which compi
 and a table of times, errors, steps and factorizations (IDA's step count from a second,
 untimed run that records every internal step).
 
+Then ``pdesolve(first_output=)`` on Robertson (idaRoberts_dns's residual and tolerances, rtol
+1e-4, atol (1e-8, 1e-6, 1e-6), y'0 from the initialization, 12 outputs 0.4 ... 4e10): the warm
+time with the initialization's step and the first step sized from the first output time (IDA's
+``tout1``, the default) against sizing them from the span (``first_output=4e10``, the former
+default), one compiled solve for both (``first_output`` is traced):
+    time_ratio_first_output_robertson: span-sized time / tout1-sized time
+
     python benchmarks/dae.py [--repeats 3] [--sizes 1000 10000 100000]
 """
 
@@ -33,12 +40,13 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")       # pinned before numpy loads BLAS: with two
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # BLAS threads scipy's BDF ran 100x slower
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
+import argparse
+import statistics
+import time
+import warnings
 
-import jax  # noqa: E402
+import jax
+import jax.numpy as jnp
 
 jax.config.update("jax_enable_x64", True)
 
@@ -147,6 +155,33 @@ def run_ida(p: Particle, tspan=TS):
     return out.y, out
 
 
+def _robertson(t, y, yp, args):
+    """``resrob`` of SUNDIALS' idaRoberts_dns.c."""
+    r0 = -0.04 * y[0] + 1.0e4 * y[1] * y[2]
+    return jnp.stack([r0 - yp[0], -r0 - 3.0e7 * y[1] * y[1] - yp[1], y[0] + y[1] + y[2] - 1.0])
+
+
+def robertson_first_output(repeats: int) -> None:
+    """Warm Robertson solves with ``first_output`` at the first save time and at the span."""
+    problem = dae.DAEProblem(_robertson, np.ones((3, 3), bool), algebraic=[2], name="robertson")
+    solver = dae.JIDA(linear="klu", rtol=1e-4, atol=np.array([1e-8, 1e-6, 1e-6]))
+    ts = 0.4 * 10.0 ** np.arange(12)
+
+    def run(first_output):
+        sol = dae.pdesolve(problem, solver, (0.0, 4e10), np.array([1.0, 0.0, 0.0]),
+                           saveat=dae.SaveAt(ts=ts), first_output=first_output)
+        jax.block_until_ready(sol.ys)
+        return sol
+
+    times = {}
+    for label, first in (("tout1", None), ("span", 4e10)):
+        run(first)  # compiles (once: first_output is traced)
+        times[label], sol = timed(lambda first=first: run(first), max(repeats, 5))
+        print(f"  robertson first_output={first}: {1e3 * times[label]:.2f} ms, "
+              f"{sol.summary()}", flush=True)
+    print(f"time_ratio_first_output_robertson: {times['span'] / times['tout1']:.2f}")
+
+
 def timed(fn, repeats):
     times, out = [], None
     for _ in range(repeats):
@@ -160,7 +195,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
+    parser.add_argument("--skip-robertson", action="store_true",
+                        help="skip the first_output comparison on Robertson")
     opts = parser.parse_args()
+    if not opts.skip_robertson:
+        robertson_first_output(opts.repeats)
     try:
         import sksundae  # noqa: F401
         have_ida = True

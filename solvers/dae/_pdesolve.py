@@ -127,9 +127,14 @@ def _check_vectors(solver: JIDA, problem: DAEProblem, y0: jax.Array) -> None:
 
 
 def _first_output(first_output: Any, t0: jax.Array, t1: jax.Array, ts: jax.Array,
-                  c0: np.ndarray | None, dtype: Any) -> jax.Array:
-    """IDA's ``tout1``: ``first_output``, else the first save time after ``t0`` (else ``t1``)."""
+                  concrete: tuple[Any, Any, Any], dtype: Any) -> jax.Array:
+    """IDA's ``tout1``: ``first_output``, else the first save time after ``t0`` (else ``t1``);
+    ``concrete`` holds ``t0``, ``t1``, ``ts`` when known (``None`` while tracing)."""
+    c0, c1, cts = concrete
     if first_output is None:
+        if c0 is not None and c1 is not None and cts is not None:
+            after = cts[cts > c0]
+            return jnp.asarray(after[0] if after.size else c1, dtype)
         return jnp.min(jnp.where(ts > t0, ts, t1))
     tout1 = jnp.asarray(first_output, dtype)
     if tout1.ndim != 0:
@@ -233,7 +238,7 @@ def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0
         if c0 is not None and c1 is not None and (cts[0] < c0 or cts[-1] > c1):
             raise ValueError(f"SaveAt(ts=...) spans [{cts[0]!r}, {cts[-1]!r}], outside the "
                              f"span [{float(c0)!r}, {float(c1)!r}]; save inside [t0, t1]")
-    tout1 = _first_output(first_output, t0, t1, ts, c0, dtype)
+    tout1 = _first_output(first_output, t0, t1, ts, (c0, c1, cts), dtype)
     ys, stats, code = _run(problem, solver, args, y0, yp0, t0, t1, ts, tout1)
     sol = Solution(ts=ts, ys=ys, stats=dict(zip(STAT_NAMES, stats)), code=code)
     concrete = _concrete(code)
