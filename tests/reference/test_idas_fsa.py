@@ -1,8 +1,8 @@
 """IDAS's idasRoberts_FSA_dns from its own inputs (data/idas/, see ida_examples.py): rtol 1e-6,
 atol (1e-8, 1e-14, 1e-6), y0 = (1, 0, 0) and the inconsistent y'0 = (0.1, 0, 0), which the
-initialization corrects as IDACalcIC does, its step sized from the first output time and cut by
-|y'0| (with the step sized from the span, 0.001 x 4e10, the solve ended STEP_TOO_SMALL at
-t = 2.6e-3).
+initialization corrects as IDACalcIC does, its step sized from the first output time and cut to
+0.5 / |y'0| (8.7e-6). Sized as 0.001 x the span (4e7) without the cut, as it once was, the solve
+ended STEP_TOO_SMALL at t = 2.6e-3.
 
 - The solve completes (938 steps; IDAS 1235, its steps also set by the sensitivities' and the
   quadrature's errors), and 27 of IDAS's 36 printed y values agree to their printed digits
