@@ -16,8 +16,11 @@ host: `campaign._owner_lease.gone`) or when the file has not been touched for `L
 seconds (a holder touches it every `TOUCH_EVERY` seconds while it holds it, from one thread
 per process). Breaking it is an exclusive create of ``<ledger>.lock.owner.break-<token>``, the
 token of the instance being broken: of two processes that found the same dead holder, one
-creates it; that one then replaces the owner file by its own (a rename). The markers are
-removed once `campaign._owner_lease.CLEANUP_AGE` old.
+creates it; that one then replaces the owner file by its own (a rename). A breaker killed
+between its marker and that rename leaves a marker of a dead process: the next breaker passes
+it by creating the next generation (``...break-<token>.2``, ``.3``, ...), each exclusively
+(`LedgerLock._claim_break`); without that, a lock whose breaker died stayed unbreakable. The
+markers are removed once `campaign._owner_lease.CLEANUP_AGE` old.
 """
 
 from __future__ import annotations
@@ -164,20 +167,46 @@ class LedgerLock:
             return True
         return time.time() - st.st_mtime > LOCK_LEASE
 
-    def _marker(self, token: str) -> Path:
-        return self.owner.with_name(f"{self.owner.name}.break-{token}")
+    def _marker(self, token: str, generation: int = 1) -> Path:
+        """The marker of a break of the owner file ``token``: its first generation, which a
+        holder looks for to learn it was broken, or a later one (`_claim_break`)."""
+        more = "" if generation == 1 else f".{generation}"
+        return self.owner.with_name(f"{self.owner.name}.break-{token}{more}")
+
+    def _claim_break(self, victim: str, data: bytes) -> Path | None:
+        """The marker this process created to break the owner file ``victim``, or None while
+        another live process breaks it. A marker whose breaker is gone (killed between its
+        marker and its write of the owner file) is passed by creating the next generation,
+        each exclusively: of two processes that find it so, one goes on."""
+        generation, vanished = 1, 0
+        while True:
+            marker = self._marker(victim, generation)
+            if create_exclusive(marker, data, whole=True):
+                return marker
+            try:
+                breaker, st = read_lease(marker, self.ledger)
+            except FileNotFoundError:  # removed meanwhile (cleaned up): look again
+                vanished += 1
+                if vanished > 3:
+                    return None
+                continue
+            if time.time() - st.st_mtime <= LOCK_LEASE and (breaker is None
+                                                             or not gone(breaker)):
+                return None  # another process breaks it now
+            generation += 1
 
     def _break(self, found: dict[str, Any] | None, st: os.stat_result, data: bytes,
                token: str) -> bool:
         victim = _instance(found, st)
-        if not create_exclusive(self._marker(victim), data):
+        marker = self._claim_break(victim, data)
+        if marker is None:
             return False  # another process breaks it
         try:
             again, st2 = read_lease(self.owner, self.ledger)
         except FileNotFoundError:
             again, st2 = None, None
         if st2 is None or _instance(again, st2) != victim:
-            self._marker(victim).unlink(missing_ok=True)  # released meanwhile
+            marker.unlink(missing_ok=True)  # released meanwhile
             return False
         atomic_write(self.owner, data, durable=False)
         self._token = token

@@ -97,3 +97,32 @@ def test_the_ledger_lock_is_broken_only_when_its_holder_is_gone_or_silent(tmp_pa
     with LedgerLock(lock_file, timeout=5):  # untouched for LOCK_LEASE: broken
         assert json.loads(owner.read_bytes())["pid"] == os.getpid()
     assert not owner.exists()
+
+
+def test_a_lock_whose_breaker_died_is_broken_by_the_next(tmp_path):
+    """A holder died, then a process that began to break its lock died between its marker
+    and taking the lock over (as SIGKILLs on a slow shared file system land): the next one
+    passes that marker and takes the lock at once, instead of waiting out its timeout."""
+    lock_file = tmp_path / "runs.json.lock"
+    owner = tmp_path / "runs.json.lock.owner"
+    holder = dict(identity(), pid=dead_pid(), token="a1b2c3d4e5f60718", acquired=time.time())
+    owner.write_bytes(json.dumps(holder).encode())
+    breaker = dict(identity(), pid=dead_pid(), token="0f1e2d3c4b5a6978", acquired=time.time())
+    marker = tmp_path / "runs.json.lock.owner.break-a1b2c3d4e5f60718"
+    marker.write_bytes(json.dumps(breaker).encode())
+    with LedgerLock(lock_file, timeout=10):  # before: Timeout, the marker never passed
+        assert json.loads(owner.read_bytes())["pid"] == os.getpid()
+    assert (tmp_path / "runs.json.lock.owner.break-a1b2c3d4e5f60718.2").exists()
+
+
+def test_a_lock_a_live_process_breaks_is_left_to_it(tmp_path):
+    lock_file = tmp_path / "runs.json.lock"
+    owner = tmp_path / "runs.json.lock.owner"
+    holder = dict(identity(), pid=dead_pid(), token="a1b2c3d4e5f60718", acquired=time.time())
+    owner.write_bytes(json.dumps(holder).encode())
+    breaker = dict(identity(), token="0f1e2d3c4b5a6978", acquired=time.time())  # this process
+    (tmp_path / "runs.json.lock.owner.break-a1b2c3d4e5f60718").write_bytes(
+        json.dumps(breaker).encode())
+    with pytest.raises(Timeout):
+        LedgerLock(lock_file, timeout=0.5).acquire()
+    assert json.loads(owner.read_bytes())["pid"] == holder["pid"]
