@@ -25,6 +25,12 @@ size, or predicts a cost decrease below ``cost_tol * cost``. Running out of step
 that shrinks to rounding level, a vanishing gradient where the curvature is singular (a plateau,
 undetermined parameters) or a non-finite cost at the start ends the fit unconverged.
 
+Near the minimum the cost stops resolving steps: a step whose predicted decrease is below the
+cost's rounding error (``ROUNDING * eps * sqrt(m)`` times the cost) cannot be judged by the
+decrease it achieves. There a step is taken when it leaves the cost unchanged to rounding and
+lowers the (sensitivity-scaled) gradient, and a trust region that shrinks to rounding level at a
+point whose Newton step predicts less than that is converged (``COST``), not collapsed.
+
 A trial point where the cost, gradient or curvature is not finite (the model gave NaN or infinity
 there: a failed ODE/DAE solve, ``sqrt`` or ``log`` of a negative number) is a failed evaluation:
 it is rejected and the trust region shrunk, exactly like a step that increased the cost, and never
@@ -88,10 +94,10 @@ class _Method:
         """The method with tolerances at the rounding level of float64, for reference digits.
 
         ``grad_tol=0``, ``step_tol=1e-13``, ``cost_tol=1e-22``, ``max_steps=2000``: the fit runs
-        until the Gauss-Newton step is below ``1e-13`` of every parameter or predicts a decrease
-        below ``1e-22`` of the cost (then the parameters are as close to the minimum as the cost
-        can tell), which costs a few more evaluations than the default. ``overrides`` replace
-        any field, e.g. ``TrustRegion.tight(max_steps=5000)``.
+        until the Gauss-Newton step is below ``1e-13`` of every parameter, or no step lowers the
+        gradient any more below the cost's resolution (see the module docstring), which costs a
+        few more evaluations than the default. ``overrides`` replace any field, e.g.
+        ``TrustRegion.tight(max_steps=5000)``.
         """
         fields: dict[str, Any] = {"grad_tol": TIGHT_GRAD_TOL, "step_tol": TIGHT_STEP_TOL,
                                   "cost_tol": TIGHT_COST_TOL, "max_steps": TIGHT_MAX_STEPS}
@@ -273,7 +279,17 @@ def run(plan: Plan, method: _Method, data: tuple[dict[str, Any], ...], x0: jax.A
         finite = _finite(t_try)
         good = finite & (predicted > 0)
         rho = jnp.where(good, (t.cost - t_try.cost) / jnp.where(good, predicted, 1.0), -jnp.inf)
-        accept = rho > 1e-4
+        # Below the cost's resolution (a predicted decrease under its rounding error) the cost
+        # cannot judge a step: one that leaves it unchanged to rounding and lowers the gradient
+        # (sensitivity-scaled, free parameters) is taken; the gradient can tell where the cost
+        # cannot (large-residual problems converge linearly there: MGH09, Thurber).
+        def scaled_gradient(g):
+            return jnp.linalg.norm(jnp.where(free, g / s.d, 0.0))
+
+        unresolved = (good & (predicted <= floor * t.cost)
+                      & (t_try.cost <= t.cost * (1.0 + floor))
+                      & (scaled_gradient(t_try.gradient) < scaled_gradient(t.gradient)))
+        accept = (rho > 1e-4) | unresolved
         if method.damped:
             shrink = jnp.maximum(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)
             limit = jnp.where(accept, s.limit * shrink, s.limit * s.nu)
@@ -283,6 +299,7 @@ def run(plan: Plan, method: _Method, data: tuple[dict[str, Any], ...], x0: jax.A
             limit = jnp.where(rho < 0.25, 0.25 * norm,
                               jnp.where((rho > 0.75) & (norm > 0.99 * s.limit),
                                         jnp.minimum(2.0 * s.limit, max_radius), s.limit))
+            limit = jnp.where(unresolved & (rho < 0.25), s.limit, limit)
             nu = s.nu
         x = jnp.where(accept, x_try, s.x)
         totals = jax.tree.map(lambda new, old: jnp.where(accept, new, old), t_try, t)

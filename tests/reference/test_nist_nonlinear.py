@@ -9,8 +9,9 @@ From NIST's own starts (both of them, 16 fits), the default `optsolve` must reac
 minimum over the parameters) of every parameter and of every standard error; observed on the
 development machine 6.9 to 10.7 (parameters) and 6.8 to 11.0 (standard errors); MGH09 is the
 lowest (its cost is flat to 1e-14 relative within 1e-7 of the optimum). `TrustRegion.tight()`
-must reach 7 digits of the parameters everywhere and a median of 8.5 (observed 7.3 to 11.0,
-median 9.2). benchmarks/nist_fits.py prints both against scipy.
+must reach 8.5 digits of the parameters and of the standard errors everywhere and a median of 10
+for the parameters (observed 9.1 to 11.8, median 10.5; standard errors 9.2 to 11.0).
+benchmarks/nist_fits.py prints both against scipy.
 
 From the certified values, the standard errors are computed at the certified optimum from the
 residual variance ``RSS / (m - n)``, as NIST's are. Lanczos1 is left out: its residuals are at
@@ -116,16 +117,19 @@ def test_the_default_fit_from_nist_starts(name, start):
 
 
 def test_the_tight_fit_from_nist_starts():
-    """`TrustRegion.tight()` from all 16 starts: 7 digits of the parameters everywhere, 8.5 in
-    the median."""
-    digits = {}
+    """`TrustRegion.tight()` from all 16 starts: 8.5 digits of the parameters and standard
+    errors everywhere, 10 in the median of the parameters (before steps below the cost's
+    resolution were judged by the gradient: MGH09 7.3, Thurber 7.6)."""
+    digits, se_digits = {}, {}
     for name in HARD:
         for start in (1, 2):
-            res, p, _ = _fit_from_start(name, start, inference.TrustRegion.tight())
+            res, p, se = _fit_from_start(name, start, inference.TrustRegion.tight())
             assert res.converged, (name, start, res)
             digits[f"{name} start {start}"] = round(p, 2)
-    assert min(digits.values()) >= 7.0, digits
-    assert np.median(list(digits.values())) >= 8.5, digits
+            se_digits[f"{name} start {start}"] = round(se, 2)
+    assert min(digits.values()) >= 8.5, digits
+    assert min(se_digits.values()) >= 8.5, se_digits
+    assert np.median(list(digits.values())) >= 10.0, digits
 
 
 def test_an_undetermined_combination_is_named_and_the_rest_stays_exact(caplog):
