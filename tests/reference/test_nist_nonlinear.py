@@ -10,7 +10,7 @@ minimum over the parameters) of every parameter and of every standard error; obs
 development machine 6.9 to 10.7 (parameters) and 6.8 to 11.0 (standard errors); MGH09 is the
 lowest (its cost is flat to 1e-14 relative within 1e-7 of the optimum). `TrustRegion.tight()`
 must reach 8.5 digits of the parameters and of the standard errors everywhere and a median of 10
-for the parameters (observed 9.1 to 11.8, median 10.5; standard errors 9.2 to 11.0).
+for the parameters (observed 9.1 to 11.8, median 10.6; standard errors 9.2 to 11.0).
 benchmarks/nist_fits.py prints both against scipy.
 
 From the certified values, the standard errors are computed at the certified optimum from the
