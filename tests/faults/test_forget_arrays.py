@@ -17,7 +17,7 @@ from testkit import PYTHON, ROOT, child_env, wait_until
 
 from campaign import checkpointed_map, read_ledger
 from campaign._submit import prepare_submission
-from campaign._workdir import task_key, work_root
+from campaign._workdir import WorkDir, task_key, work_root
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 
@@ -141,11 +141,14 @@ def test_a_task_an_array_worker_runs_now_is_refused(tmp_path, marks):
 def test_a_resume_with_nothing_to_run_writes_the_workers_records_into_the_file(tmp_path, marks):
     ledger = tmp_path / "ledger.json"
     items = items_for(marks, 5)
-    prepare_submission(items, ledger_path=ledger)
+    sid = prepare_submission(items, ledger_path=ledger).id
     planned = ledger.read_bytes()  # every task pending
     run_array(tmp_path, items)
-    assert list(work_root(ledger).glob("*/fragments/*.json"))  # kept until a merge finds them
-    ledger.write_bytes(planned)  # as if the workers' last merge was lost (a broken lock)
+    finished = read_ledger(ledger)["tasks"]
+    # as if the workers' merges were lost (a broken lock): the file as planned, and their
+    # records in a fragment, as a worker writes one
+    ledger.write_bytes(planned)
+    WorkDir(ledger, sid).write_fragment(finished, {"worker": "900_0"})
     assert {r["status"] for r in orjson.loads(ledger.read_bytes())["tasks"].values()} == {
         "pending"}
 
