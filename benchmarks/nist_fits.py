@@ -35,22 +35,12 @@ import numpy as np  # noqa: E402
 from scipy.optimize import least_squares  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reference"))
-from nist_nonlinear import MODELS, load, lre  # noqa: E402
+from nist_nonlinear import MODELS, fit_model, load, lre  # noqa: E402
 
 import solvers as ds  # noqa: E402
 
 inference = ds.inference
 HARD = ["MGH09", "Thurber", "BoxBOD", "Rat42", "MGH10", "Eckerle4", "Rat43", "Bennett5"]
-
-
-def _model(name: str, k: int):
-    f = MODELS[name]
-
-    def model(params, conditions, times):
-        return f([params[f"b{i + 1}"] for i in range(k)], conditions["x"])
-
-    model.__name__ = name
-    return model
 
 
 def _timed(call, repeats: int):
@@ -110,7 +100,7 @@ def main() -> None:
           f"{'scipy/tight':>11s}")
     for name in HARD:
         d = load(name)
-        model = _model(name, len(d.certified))
+        model = fit_model(name, len(d.certified))
         for start in (0, 1):
             a = _optsolve(d, model, start, None, args.repeats)
             b = _optsolve(d, model, start, tight, args.repeats)

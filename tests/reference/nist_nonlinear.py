@@ -89,3 +89,16 @@ def lre(estimate: float, certified: float) -> float:
         return 0.0
     err = abs(estimate - certified) / (abs(certified) if certified != 0 else 1.0)
     return max(0.0, min(15.0, -math.log10(err)))
+
+
+def fit_model(name: str, k: int):
+    """The model of dataset ``name`` (``k`` parameters ``b1``..``bk``) as an
+    `solvers.inference.Experiment` takes it: ``model(params, conditions, times)`` with the
+    predictor in ``conditions["x"]``."""
+    f = MODELS[name]
+
+    def model(params, conditions, times):
+        return f([params[f"b{i + 1}"] for i in range(k)], conditions["x"])
+
+    model.__name__ = name
+    return model

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from nist_nonlinear import MODELS, load, lre
+from nist_nonlinear import fit_model, load, lre
 
 import solvers as ds
 
@@ -47,23 +47,13 @@ SE_DIGITS = 8.5
 START_DIGITS = 6.0
 
 
-def _model(name: str, k: int):
-    f = MODELS[name]
-
-    def model(params, conditions, times):
-        return f([params[f"b{i + 1}"] for i in range(k)], conditions["x"])
-
-    model.__name__ = name
-    return model
-
-
 _MODELS: dict[str, object] = {}
 
 
 def _shared_model(name: str, k: int):
     """One model function per dataset, so both starts reuse one compiled fit."""
     if name not in _MODELS:
-        _MODELS[name] = _model(name, k)
+        _MODELS[name] = fit_model(name, k)
     return _MODELS[name]
 
 
@@ -79,7 +69,7 @@ def test_standard_errors_match_the_certified_values(name):
     d = load(name)
     k = len(d.certified)
     params = tuple(inference.Parameter(f"b{i + 1}", v) for i, v in enumerate(d.certified))
-    res = inference.optsolve(inference.InferenceProblem([_experiment(name, _model(name, k))],
+    res = inference.optsolve(inference.InferenceProblem([_experiment(name, fit_model(name, k))],
                                                         parameters=params))
     assert res.converged, res
     errors = res.standard_errors

@@ -24,6 +24,13 @@ LEASE = 8.0  # so the bound is 2 s
 AHEAD = 4.0  # twice it
 
 
+def spec_in(view):
+    """The spec file of the campaign in ``view`` (its ledger beside it)."""
+    (view / "spec.toml").write_text(f'target = "{TASK}:run"\nitems = "items.json"\n'
+                                    'ledger = "ledger.json"\n')
+    (view / "items.json").write_text("[]")
+
+
 def worker(spec, sub, index, *, ahead=None):
     env = dict(child_env(), SLURM_ARRAY_JOB_ID=str(3000 + index), SLURM_ARRAY_TASK_ID="0",
                SLURM_ARRAY_TASK_COUNT="1")
@@ -40,9 +47,7 @@ def test_a_worker_whose_clock_runs_ahead_warns_once(views, tmp_path, kind):
     a, _, _ = views(kind)
     marks = tmp_path / "marks"
     marks.mkdir()
-    (a / "spec.toml").write_text(f'target = "{TASK}:run"\nitems = "items.json"\n'
-                                 'ledger = "ledger.json"\n')
-    (a / "items.json").write_text("[]")
+    spec_in(a)
     items = [{"task_id": f"t{i}", "x": i, "sleep": 0.05, "marks": str(marks)} for i in range(6)]
     sub = prepare_submission(items, ledger_path=a / "ledger.json").id
     ahead = worker(a / "spec.toml", sub, 0, ahead=AHEAD)
@@ -67,9 +72,7 @@ def test_campaign_status_shows_a_skewed_worker(views, tmp_path):
     a, b, _ = views("sshfs")
     marks = tmp_path / "marks"
     marks.mkdir()
-    (a / "spec.toml").write_text(f'target = "{TASK}:run"\nitems = "items.json"\n'
-                                 'ledger = "ledger.json"\n')
-    (a / "items.json").write_text("[]")
+    spec_in(a)
     items = [{"task_id": "held", "x": 0, "sleep": 0, "marks": str(marks), "hang_in": "0"}]
     sub = prepare_submission(items, ledger_path=a / "ledger.json").id
     env = dict(child_env(), SLURM_ARRAY_JOB_ID="3100", SLURM_ARRAY_TASK_ID="0",
@@ -119,9 +122,7 @@ def test_every_run_that_overlapped_is_in_the_ledger_as_superseded(views, tmp_pat
     a, b, _ = views(kind)
     marks = tmp_path / "marks"
     marks.mkdir()
-    (a / "spec.toml").write_text(f'target = "{TASK}:run"\nitems = "items.json"\n'
-                                 'ledger = "ledger.json"\n')
-    (a / "items.json").write_text("[]")
+    spec_in(a)
     items = [{"task_id": "t0", "x": 0, "sleep": 3 * LEASE, "marks": str(marks)}]
     sub = prepare_submission(items, ledger_path=a / "ledger.json").id
     env = dict(child_env(), SLURM_ARRAY_TASK_ID="0", SLURM_ARRAY_TASK_COUNT="1")
