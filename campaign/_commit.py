@@ -158,10 +158,11 @@ class GroupCommit:
             with self._state:
                 while not (self._dirty or self._meta_dirty or self._closing):
                     self._writer_idle = True
-                    watch = self.driver and bool(self._mine)
-                    self._wake.wait(IDLE_CHECK if watch else None)
+                    # a driver always looks: its commits may all have come by `flush`, with
+                    # nothing of its own written yet when it began to wait
+                    self._wake.wait(IDLE_CHECK if self.driver else None)
                     self._writer_idle = False
-                    if watch and self._disk_state is not None \
+                    if self.driver and self._mine and self._disk_state is not None \
                             and _document.file_state(self.path) != self._disk_state:
                         # replaced: merge it soon, and write again what it may have dropped
                         self._meta_dirty = True
