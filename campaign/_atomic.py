@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import secrets
 import socket
@@ -114,13 +115,17 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | Iterable[bytes], *,
 
 
 def remove_stale_tmp(path: Path) -> list[Path]:
-    """Remove temporary files of ``path`` left on this host by processes that are gone."""
+    """Remove the temporary files of ``path`` and of the sidecars beside it named after it
+    (``.<name>.tmp-…``, ``.<name>.lock.owner.tmp-…``, ``.<name>.lock.owner.break-….tmp-…``)
+    left on this host by processes that are gone; also the doubled names (``..<name>….tmp-….tmp-…``)
+    that earlier versions' exclusive creates left."""
     removed = []
-    prefix = f".{path.name}{TMP_MARK}{HOST}-"
-    for tmp in path.parent.glob(f".{path.name}{TMP_MARK}*"):
-        if not tmp.name.startswith(prefix):
+    mark = f"{TMP_MARK}{HOST}-"
+    for tmp in path.parent.glob(f".*{glob.escape(path.name)}*{glob.escape(mark)}*"):
+        bare = tmp.name.lstrip(".")
+        if not (bare.startswith(f"{path.name}.") and len(tmp.name) - len(bare) <= 2):
             continue
-        pid_text = tmp.name[len(prefix) :].split("-", 1)[0]
+        pid_text = tmp.name.rsplit(mark, 1)[-1].split("-", 1)[0]
         if pid_text.isdigit() and not pid_alive(int(pid_text)):
             tmp.unlink(missing_ok=True)
             removed.append(tmp)

@@ -14,7 +14,14 @@
 # resolution on the nodes comes from $STATE/etc/hosts, mounted over /etc/hosts in each slurmd's
 # own mount namespace (its jobs inherit it); the host's own /etc/hosts is not touched. The file
 # system is the host's, so the project folder and /tmp are shared by all nodes, as a cluster file
-# system is.
+# system is, except the shared folder $STATE/shared (the campaign folder of tests/multinode): each
+# node sees it through a FUSE view of its own, mounted over the same path in the node's mount
+# namespace, as the nodes of a cluster see its shared file system. The default view is
+# bindfs-nolock of scripts/sharedfs.sh: attributes cached 3 s, and locks (flock, fcntl) taken
+# through one node's view exclude neither the other nodes' nor the host's (NFS with local locks,
+# Lustre localflock). The host (the login node, where the tests' drivers run) sees the folder
+# itself. Each view's bindfs runs in the node's network namespace, so a killed node loses it and
+# scripts/slurm-cluster-stop.sh stops it with the node's other processes.
 #
 # This is a separate Slurm from scripts/slurm-start.sh's one-node cluster: its own slurm.conf
 # (used through SLURM_CONF; /etc/slurm/slurm.conf is not touched), ClusterName, ports, state,
@@ -24,7 +31,9 @@
 # be installed (scripts/slurm-start.sh installs them); iproute2 is installed when missing.
 #
 # Standard output holds one line: the path of the cluster's slurm.conf (also written to
-# $STATE/cluster.env as DIFFSOUP_SLURM_CLUSTER=... and SLURM_CONF=...).
+# $STATE/cluster.env as DIFFSOUP_SLURM_CLUSTER=... and SLURM_CONF=..., with the shared folder as
+# DIFFSOUP_SLURM3_SHARED=...). A node restarted by a second run gets the view of that run's
+# DIFFSOUP_SLURM3_VIEW; the nodes still up keep theirs.
 #
 # Settings (environment variables):
 #   DIFFSOUP_SLURM3_STATE    folder of its configuration, state, logs, PID files (default
@@ -32,6 +41,9 @@
 #   DIFFSOUP_SLURM3_SUBNET   the first three numbers of the private /24 (default 10.213.7)
 #   DIFFSOUP_SLURM3_PORT     slurmctld's port; slurmd's is the next one (default 6917)
 #   DIFFSOUP_SLURM3_TIMEOUT  seconds to wait for the nodes and the probe job (default 60)
+#   DIFFSOUP_SLURM3_VIEW     how the nodes see $STATE/shared: bindfs-nolock (default), or
+#                            bindfs-locks (locks forwarded, as NFSv4 or Lustre flock), or host
+#                            (the host's folder itself, no view)
 set -euo pipefail
 
 STATE=${DIFFSOUP_SLURM3_STATE:-/tmp/diffsoup-slurm3}
@@ -42,6 +54,8 @@ PARTITION=multi
 NODES=(node1 node2 node3)
 CONTROLLER=$(hostname -s)
 CONF=$STATE/etc/slurm.conf
+SHARED=$STATE/shared
+VIEW=${DIFFSOUP_SLURM3_VIEW:-bindfs-nolock}
 export SLURM_CONF=$CONF
 
 say() { printf '[slurm-cluster] %s\n' "$*" >&2; }
@@ -63,11 +77,22 @@ fi
 for tool in slurmctld slurmd sbatch ip nsenter unshare munge; do
   command -v "$tool" >/dev/null || fail "$tool is not installed; run scripts/slurm-start.sh once (it installs Slurm and munge)"
 done
+case $VIEW in
+  bindfs-nolock) view_options=(-o attr_timeout=3,entry_timeout=3) ;;
+  bindfs-locks) view_options=(--multithreaded --enable-lock-forwarding -o attr_timeout=3,entry_timeout=3) ;;
+  host) view_options=() ;;
+  *) fail "DIFFSOUP_SLURM3_VIEW=$VIEW: give bindfs-nolock, bindfs-locks or host" ;;
+esac
+if [[ $VIEW != host ]]; then
+  command -v bindfs >/dev/null || fail "bindfs is not installed (the nodes' views of $SHARED): apt-get install bindfs, or run me with DIFFSOUP_SLURM3_VIEW=host"
+  [[ -e /dev/fuse ]] || fail "no /dev/fuse: this kernel or container has no FUSE for the nodes' views; run me with DIFFSOUP_SLURM3_VIEW=host"
+fi
 SLURMCTLD=$(command -v slurmctld)
 SLURMD=$(command -v slurmd)
 MUNGED=$(command -v munged || echo /usr/sbin/munged)
 
-mkdir -p "$STATE"/{etc,ctld,spool,log,run}
+mkdir -p "$STATE"/{etc,ctld,spool,log,run,shared}
+chmod 1777 "$SHARED"  # as a cluster's scratch: every user's campaigns, each in a folder of its own
 
 # -------------------------------------------------------------------- munge
 ensure_munged "$STATE/munge" "$MUNGED"
@@ -159,11 +184,17 @@ for i in "${!NODES[@]}"; do
   say "starting slurmd of $node in namespace $(node_netns "$i") ($(node_address "$i"))"
   mkdir -p "$STATE/spool/$node"
   # nsenter, not `ip netns exec`: that mounts a new /sys, without the cgroup file system slurmd
-  # needs. A mount namespace of its own (private) for the node's /etc/hosts, and a UTS one for
-  # its host name; both last as long as slurmd and its jobs do.
-  nsenter --net="/run/netns/$(node_netns "$i")" unshare --mount --uts -- \
-    sh -c 'mount --bind "$4" /etc/hosts && hostname "$1" && exec "$2" -f "$3" -N "$1"' \
-    sh "$node" "$SLURMD" "$CONF" "$STATE/etc/hosts" \
+  # needs. A mount namespace of its own (private) for the node's /etc/hosts and its view of the
+  # shared folder, and a UTS one for its host name; they last as long as slurmd and its jobs do.
+  # bindfs mounts its view over the folder it shows (it opened the folder first).
+  # The view's options are the arguments; the rest comes in the environment.
+  NODE=$node HOSTS=$STATE/etc/hosts SHARED=$SHARED VIEW=$VIEW SLURMD_BIN=$SLURMD \
+    nsenter --net="/run/netns/$(node_netns "$i")" unshare --mount --uts -- \
+    sh -c 'mount --bind "$HOSTS" /etc/hosts && hostname "$NODE" \
+             && { [ "$VIEW" = host ] || bindfs "$@" "$SHARED" "$SHARED"; } \
+             && exec env -u HOSTS -u SHARED -u VIEW -u SLURMD_BIN -u NODE \
+                  "$SLURMD_BIN" -f "$SLURM_CONF" -N "$NODE"' \
+    sh "${view_options[@]}" \
     || fail "slurmd of $node did not start; see $STATE/log/slurmd-$node.log"
 done
 
@@ -191,6 +222,6 @@ if ((started_ctld)); then
   probe_job "$TIMEOUT" "$STATE/log/" -J slurm-cluster-probe -N ${#NODES[@]}
 fi
 
-printf 'DIFFSOUP_SLURM_CLUSTER=%s\nSLURM_CONF=%s\n' "$CONF" "$CONF" >"$STATE/cluster.env"
+printf 'DIFFSOUP_SLURM_CLUSTER=%s\nSLURM_CONF=%s\nDIFFSOUP_SLURM3_SHARED=%s\n' "$CONF" "$CONF" "$SHARED" >"$STATE/cluster.env"
 say "Slurm cluster diffsoup3 is up: ${NODES[*]} ($(sinfo -h -N -o '%N=%t' | tr '\n' ' '))slurmctld pid $(cat "$STATE/run/slurmctld.pid"); use it with SLURM_CONF=$CONF; stop it with scripts/slurm-cluster-stop.sh"
 echo "$CONF"

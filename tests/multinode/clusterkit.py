@@ -32,6 +32,12 @@ def state_dir(conf: Path) -> Path:
     return conf.parent.parent
 
 
+def shared_dir(conf: Path) -> Path:
+    """The cluster's shared folder: the host's own, seen by each node through a FUSE view of its
+    own (scripts/slurm-cluster.sh)."""
+    return state_dir(conf) / "shared"
+
+
 def netns(node: str) -> str:
     return f"diffsoup-{node}"
 
@@ -78,10 +84,10 @@ def campaign(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-def make_campaign(folder: Path, n: int, sleep: float, *, lease: int = 60,
+def make_campaign(folder: Path, marks: Path, n: int, sleep: float, *, lease: int = 60,
                   **extra) -> tuple[Path, Path, Path]:
-    """A campaign of ``n`` node_task.py tasks: (spec, ledger, marks folder)."""
-    marks = folder / "marks"
+    """A campaign of ``n`` node_task.py tasks in ``folder`` (the shared folder's), whose runs
+    leave their notes in ``marks`` (made here; outside the nodes' views): (spec, ledger, marks)."""
     marks.mkdir()
     items = [{"task_id": f"t{i:03d}", "x": i, "sleep": sleep, "marks": str(marks), **extra}
              for i in range(n)]

@@ -36,8 +36,9 @@ def attempts(rec: dict) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_an_array_runs_on_all_three_nodes_and_the_ledger_names_each_attempts_host(tmp_path):
-    spec, ledger, marks = make_campaign(tmp_path, 24, 0.2, hosts_together=3)
+def test_an_array_runs_on_all_three_nodes_and_the_ledger_names_each_attempts_host(shared,
+                                                                                 tmp_path):
+    spec, ledger, marks = make_campaign(shared, tmp_path / "marks", 24, 0.2, hosts_together=3)
     job = submit(spec, "--array", "6%3", "--time", "5:00")
     states = wait_for_job(job)
     assert set(states.values()) == {"COMPLETED"}, states
@@ -56,10 +57,10 @@ def test_an_array_runs_on_all_three_nodes_and_the_ledger_names_each_attempts_hos
 
 
 @pytest.mark.slow
-def test_a_node_that_dies_loses_no_task_and_its_attempt_is_recorded_interrupted(tmp_path,
-                                                                                 cluster):
-    spec, ledger, marks = make_campaign(tmp_path, 12, 0.3, lease=3, hosts_together=3,
-                                        hang_on="node2")
+def test_a_node_that_dies_loses_no_task_and_its_attempt_is_recorded_interrupted(
+        shared, tmp_path, cluster):
+    spec, ledger, marks = make_campaign(shared, tmp_path / "marks", 12, 0.3, lease=3,
+                                        hosts_together=3, hang_on="node2")
     job = submit(spec, "--array", "6%3", "--time", "5:00")
 
     def held_on_node2():

@@ -52,11 +52,11 @@ def where_it_ran(item):
 
 
 @pytest.mark.slow
-def test_dask_workers_on_several_nodes_reach_the_scheduler_on_the_subnet(tmp_path):
+def test_dask_workers_on_several_nodes_reach_the_scheduler_on_the_subnet(shared, tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
     items = [{"task_id": f"t{i:03d}", "folder": str(marks), "hosts": 2} for i in range(60)]
-    camp = run_on_nodes(items, tmp_path)
+    camp = run_on_nodes(items, shared)
     assert camp.complete and len(camp.results) == 60
     results = camp.results
     hosts = {r["host"] for r in results}
@@ -64,7 +64,7 @@ def test_dask_workers_on_several_nodes_reach_the_scheduler_on_the_subnet(tmp_pat
     for r in results:
         assert r["scheduler"].startswith(f"tcp://{SUBNET}1:"), r  # the controller's address
         assert r["worker"].startswith(f"tcp://{SUBNET}1"), r  # the node's own address
-    tasks = read_ledger(tmp_path / "l.json")["tasks"]
+    tasks = read_ledger(shared / "l.json")["tasks"]
     assert all(rec["status"] == "accepted" for rec in tasks.values())
     assert all(rec["host"] == rec["result"]["host"] for rec in tasks.values())
     print(f"\nhosts of the 60 tasks: { {h: sum(r['host'] == h for r in results) for h in NODES} }"
@@ -72,7 +72,8 @@ def test_dask_workers_on_several_nodes_reach_the_scheduler_on_the_subnet(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_dask_worker_node_that_dies_its_task_runs_again_on_another_node(tmp_path, cluster):
+def test_a_dask_worker_node_that_dies_its_task_runs_again_on_another_node(shared, tmp_path,
+                                                                           cluster):
     marks = tmp_path / "marks"
     marks.mkdir()
     items = [{"task_id": f"t{i:03d}", "folder": str(marks), "hosts": 3, "hang_on": "node2"}
@@ -82,7 +83,7 @@ def test_a_dask_worker_node_that_dies_its_task_runs_again_on_another_node(tmp_pa
     def drive():
         try:
             # batches of one: a lost batch of one started task is that task's interruption
-            done["camp"] = run_on_nodes(items, tmp_path, max_batch=1)
+            done["camp"] = run_on_nodes(items, shared, max_batch=1)
         except BaseException as exc:  # reported by the test below
             done["error"] = exc
 
@@ -100,7 +101,7 @@ def test_a_dask_worker_node_that_dies_its_task_runs_again_on_another_node(tmp_pa
     assert "error" not in done, done.get("error")
     camp = done["camp"]
     assert camp.complete and len(camp.results) == 30
-    tasks = read_ledger(tmp_path / "l.json")["tasks"]
+    tasks = read_ledger(shared / "l.json")["tasks"]
     assert all(rec["status"] == "accepted" for rec in tasks.values())
     assert {rec["host"] for rec in tasks.values()} <= {"node1", "node3"}
     (tid,) = held  # one thread on node2's worker: one task began there

@@ -17,8 +17,8 @@ from distkit import FIT, assert_same_fit, env, launches, loads, owner_of, read, 
 
 
 @pytest.mark.slow
-def test_srun_over_two_nodes_forms_one_jax_process_group(tmp_path, cluster):
-    one, two = tmp_path / "one", tmp_path / "two"
+def test_srun_over_two_nodes_forms_one_jax_process_group(shared, tmp_path, cluster):
+    one, two = tmp_path / "one", shared / "two"  # the nodes' run in the shared folder
     one.mkdir()
     two.mkdir()
     run([PYTHON, str(FIT), str(one), "--init"])  # the one-process reference
