@@ -70,7 +70,7 @@ def submit_array(items: Iterable[Mapping[str, Any]], *, ledger_path: str | os.Pa
                  resume: bool = True, log_dir: str | os.PathLike[str] | None = None,
                  job_name: str = "campaign", workdir: str | os.PathLike[str] | None = None,
                  dry_run: bool = False, on_submitted: Callable[[str], None] | None = None,
-                 **options: Any) -> ArraySubmission:
+                 ignore_fields: Iterable[str] = (), **options: Any) -> ArraySubmission:
     """Plan ``items`` in the ledger once and submit a Slurm job array whose every element runs
     ``command(submission)``, a worker that claims the tasks (`run_worker`) until none is left.
 
@@ -98,6 +98,7 @@ def submit_array(items: Iterable[Mapping[str, Any]], *, ledger_path: str | os.Pa
             the ledger records it (``campaign submit`` prints it then): a process killed in
             between leaves a held job that nothing runs and the ledger does not know, to
             cancel with ``scancel <id>``.
+        ignore_fields: as `checkpointed_map`'s.
         options: the other keywords of `schedulers.slurm.render_array_script` (`script_options`:
             ``time``, ``partition``, ``account``, ``cpus_per_task``, ``mem``, ``gpus_per_task``,
             ``signal_before_end``, ``extra_directives``, ``prologue``). With ``time`` and no
@@ -126,7 +127,8 @@ def submit_array(items: Iterable[Mapping[str, Any]], *, ledger_path: str | os.Pa
     if dry_run:
         return ArraySubmission(None, None, ledger, array, 0, 0, 0, job.log_dir,
                                job.script("<submission>"))
-    planned = plan_submission(items, ledger_path=ledger, resume=resume)
+    planned = plan_submission(items, ledger_path=ledger, resume=resume,
+                              ignore_fields=ignore_fields)
     if not planned.plan.to_run:
         recorded = planned.record().id if planned.plan.refused else None  # `campaign failures`
         return ArraySubmission(None, recorded, ledger, array, 0,

@@ -235,9 +235,43 @@ class _Results(Sequence[dict[str, Any]]):
 
 
 def refused_message(task_id: str, changed: list[dict[str, Any]], ledger: str) -> str:
-    fields = "; ".join(f"field {c['field']!r}: {c['old']!r} -> {c['new']!r}" for c in changed)
-    return (
+    fields = "; ".join(_change_text(c) for c in changed)
+    text = (
         f"task {task_id!r} changed since it was recorded ({fields or 'item differs'}); it was "
         f"not run and its record was kept. Run `{command('campaign', 'forget', ledger, task_id)}`"
-        " to run it again with the new item, or give it a new task_id"
+        f" to run it again with the new item (or `{command('campaign', 'forget', ledger)} "
+        "--refused` for every task the run refused), or give it a new task_id"
     )
+    columns = added_or_removed(changed)
+    if columns:
+        flags = " ".join(f"--ignore-field {command(name)}" for name in columns)
+        text += (f"; if {'that field does' if len(columns) == 1 else 'those fields do'} not change "
+                 f"the result, run with {flags} (checkpointed_map(ignore_fields="
+                 f"{tuple(columns)!r})) to keep the results")
+    return text
+
+
+def more_refused_message(more: int, ledger: str) -> str:
+    return (f"... and {more} more task(s) were refused for the same reason; `campaign status "
+            f"{command(ledger)}` counts them, `{command('campaign', 'forget', ledger)} --refused` "
+            "forgets every task the last run refused")
+
+
+def _change_text(change: dict[str, Any]) -> str:
+    if change["old"] == "<missing>":
+        return f"field {change['field']!r} added: {change['new']!r}"
+    if change["new"] == "<missing>":
+        return f"field {change['field']!r} removed (was {change['old']!r})"
+    return f"field {change['field']!r}: {change['old']!r} -> {change['new']!r}"
+
+
+def added_or_removed(changed: list[dict[str, Any]]) -> list[str]:
+    """The top-level fields named by ``changed`` (`campaign._jsonvalue.changed_fields`) when
+    every change is such a field added or removed, else []."""
+    names = []
+    for c in changed:
+        whole = "." not in c["field"] and c["field"] != "<item>"
+        if not (whole and "<missing>" in (c["old"], c["new"])):
+            return []
+        names.append(c["field"])
+    return names

@@ -37,11 +37,13 @@ class PreparedItems(Sequence["PreparedItem"]):
     that is no longer needed (its task ran, or it does not run); its task id stays.
     """
 
-    __slots__ = ("_entries", "task_ids")
+    __slots__ = ("_entries", "ignore_fields", "task_ids")
 
-    def __init__(self) -> None:
+    def __init__(self, ignore_fields: Sequence[str] = ()) -> None:
         self.task_ids: list[str] = []
         self._entries: list[bytes | tuple[Any, bytes] | None] = []
+        #: top-level fields that do not count when an item is compared with its record
+        self.ignore_fields: tuple[str, ...] = tuple(ignore_fields)
 
     def _add(self, task_id: str, item: Any, stored: Any, digest: str) -> None:
         data = bytes.fromhex(digest[len(_PREFIX):]) + orjson.dumps(stored)
@@ -75,6 +77,16 @@ class PreparedItems(Sequence["PreparedItem"]):
     def fingerprint(self, index: int) -> str:
         """``sha256:`` and the 64 hex digits of the item's fingerprint."""
         return _PREFIX + self._bytes(index)[:_DIGEST].hex()
+
+    def same_item(self, index: int, rec: Mapping[str, Any]) -> bool:
+        """Whether the record ``rec`` is of this item: the same fingerprint, or, with
+        ``ignore_fields``, items that differ in those top-level fields only."""
+        if rec["fingerprint"] == self.fingerprint(index):
+            return True
+        if not self.ignore_fields or not isinstance(rec.get("item"), dict):
+            return False
+        return fingerprint(_without(rec["item"], self.ignore_fields)) \
+            == fingerprint(_without(self.stored(index), self.ignore_fields))
 
     def release(self, index: int) -> None:
         """Drop the item's entry (its task id stays)."""
@@ -199,15 +211,18 @@ def _plain(value: Any) -> bool:
     return _SCALARS.issuperset(kinds)
 
 
-def prepare_items(items: Iterable[Mapping[str, Any]]) -> PreparedItems:
+def prepare_items(items: Iterable[Mapping[str, Any]],
+                  ignore_fields: Iterable[str] = ()) -> PreparedItems:
     """Check every item and compute its fingerprint. Raises `ItemError` on the first problem
     (naming the item's index, its task id and the path inside it), except for duplicate task
-    ids, which are all listed together once every item was checked."""
+    ids, which are all listed together once every item was checked. ``ignore_fields``: the
+    top-level fields an item may gain, lose or change and still be its task's
+    (`PreparedItems.same_item`); checked by `check_ignore_fields`."""
     if isinstance(items, (str, bytes, Mapping)):
         raise ItemError(
             f"items must be a list of dicts, each with a 'task_id'; got a {type(items).__name__}"
         )
-    prepared = PreparedItems()
+    prepared = PreparedItems(check_ignore_fields(ignore_fields))
     for index, item in enumerate(items):
         task_id = _task_id(index, item)
         where = f"items[{index}]"
@@ -221,6 +236,26 @@ def prepare_items(items: Iterable[Mapping[str, Any]]) -> PreparedItems:
         prepared._add(task_id, item, stored, digest)
     _refuse_duplicates(prepared.task_ids)
     return prepared
+
+
+def check_ignore_fields(fields: Iterable[str]) -> tuple[str, ...]:
+    """``ignore_fields`` as a tuple of field names; `ValueError` for anything else, and for
+    ``task_id`` (the task's name is never ignored)."""
+    if isinstance(fields, (str, bytes)):
+        raise ValueError(f"ignore_fields must be a list of field names, got the string "
+                         f"{fields!r}; write ignore_fields=({fields!r},)")
+    names = tuple(fields)
+    bad = [name for name in names if type(name) is not str or not name]
+    if bad:
+        raise ValueError(f"ignore_fields must be field names (non-empty strings), got {bad[0]!r}")
+    if "task_id" in names:
+        raise ValueError("ignore_fields cannot hold 'task_id': it names the task; give the "
+                         "changed items new task ids instead")
+    return tuple(dict.fromkeys(names))
+
+
+def _without(item: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in item.items() if k not in fields}
 
 
 def _task_id(index: int, item: Any) -> str:

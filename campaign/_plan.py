@@ -13,7 +13,7 @@ from typing import Any
 
 from . import _document, _records, _storeload
 from ._array import fragment_files, merge_fragments, overlay
-from ._campaign import Campaign, refused_message
+from ._campaign import Campaign, more_refused_message, refused_message
 from ._errors import LedgerError
 from ._items import ItemSelection, PreparedItems
 from ._journal import journal_path
@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 #: At most this many refused tasks are listed (with their changed fields) in the run's entry.
 REFUSED_LISTED = 1000
+#: At most this many refused tasks are warned about one by one; a last warning counts the rest.
+REFUSED_WARNED = 20
 
 
 @dataclass
@@ -61,7 +63,7 @@ def compare(tasks: Mapping[str, dict[str, Any]], prepared: PreparedItems
         if rec is None:
             new.add(tid, _records.new_record(prepared.stored_json(index),
                                              prepared.fingerprint(index)))
-        elif rec["fingerprint"] != prepared.fingerprint(index):
+        elif not prepared.same_item(index, rec):
             if not never_started(rec):
                 refused[tid] = changed_fields(rec["item"], prepared.stored(index))
                 continue
@@ -82,13 +84,22 @@ def plan(ledger: Ledger, prepared: PreparedItems) -> Plan:
               for tid, changed in list(out.refused.items())[:REFUSED_LISTED]]
     ledger.put_many(new)
     ledger.order(prepared.task_ids)
-    ledger.set_run(total=len(prepared), refused=listed, refused_count=len(out.refused))
+    fields: dict[str, Any] = {"total": len(prepared), "refused": listed,
+                              "refused_count": len(out.refused)}
+    if len(out.refused) > len(listed):  # every id, for `campaign forget --refused`
+        fields["refused_ids"] = list(out.refused)
+    if prepared.ignore_fields:
+        fields["ignore_fields"] = list(prepared.ignore_fields)
+    ledger.set_run(**fields)
     if out.to_run:  # the new tasks are durable before any of them starts
         ledger.flush()
     logger.info("%s", _kept_line(ledger.path, len(prepared), out.kept, len(out.to_run),
                                  len(out.refused)))
-    for tid, changed in list(out.refused.items())[:20]:
+    for tid, changed in list(out.refused.items())[:REFUSED_WARNED]:
         logger.warning("%s", refused_message(tid, changed, str(ledger.path)))
+    if len(out.refused) > REFUSED_WARNED:
+        logger.warning("%s", more_refused_message(len(out.refused) - REFUSED_WARNED,
+                                                  str(ledger.path)))
     return out
 
 
@@ -131,7 +142,7 @@ def _accepted_loaded(path: Path, prepared: PreparedItems) -> Mapping[str, Any] |
     if any(tasks.status(tid) != ACCEPTED for tid in ids):  # read from the bytes
         return None
     for index, tid in enumerate(ids):
-        if tasks[tid]["fingerprint"] != prepared.fingerprint(index):
+        if not prepared.same_item(index, tasks[tid]):
             return None
     if journal_path(path).exists():
         _compact(path, doc, state)
@@ -162,8 +173,7 @@ def _accepted_scanned(path: Path, prepared: PreparedItems, *, keep: bool = True
                     if at is None:
                         continue  # a task of the ledger that is not among the items
                     index = at
-                if rec["status"] != ACCEPTED or rec["fingerprint"] != \
-                        prepared.fingerprint(index):
+                if rec["status"] != ACCEPTED or not prepared.same_item(index, rec):
                     return None
                 following, found[index] = index + 1, 1
                 if keep:

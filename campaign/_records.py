@@ -243,6 +243,11 @@ RUN_OPTIONAL: Fields = {
     "to_run": (_COUNT, "an integer"),
     "job": (_TEXT, "a string"),
     "error": (_OPT_TEXT, "a string or null"),
+    "refused_ids": (_LIST, "a list of task ids"),
+    "ignore_fields": (_LIST, "a list of field names"),
+    "argv": (_LIST, "a list of strings"),
+    "cwd": (_TEXT, "a string"),
+    "versions": (frozenset({dict}), "an object"),
 }
 _STATUSES = frozenset(s.value for s in Status)
 _RUN_STATUSES = frozenset(RUN_STATUSES)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,12 +30,50 @@ logger = logging.getLogger(__name__)
 
 
 def new_run(run_id: str, execution: str, now: float | None = None) -> dict[str, Any]:
-    """The entry of a run that begins now in this process (status ``running``)."""
+    """The entry of a run that begins now in this process (status ``running``), with the
+    command line, folder and versions it ran with."""
     return {
         "id": run_id, "host": HOST, "pid": os.getpid(), "execution": execution,
         "started": time.time() if now is None else now, "ended": None,
         "status": RunStatus.RUNNING.value, "refused": [],
+        "argv": _argv(), "cwd": _cwd(), "versions": versions(),
     }
+
+
+#: At most this many arguments of the command line are recorded, each cut to `ARG_CHARS`.
+ARGV_LIMIT = 64
+ARG_CHARS = 400
+
+
+def _argv() -> list[str]:
+    args = [str(a) for a in sys.argv[:ARGV_LIMIT]]
+    cut = [a if len(a) <= ARG_CHARS else a[:ARG_CHARS - 3] + "..." for a in args]
+    return cut + ([f"... {len(sys.argv) - ARGV_LIMIT} more"] if len(sys.argv) > ARGV_LIMIT else [])
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # the folder was removed
+        return "?"
+
+
+def versions() -> dict[str, str]:
+    """Python's and this project's versions, and those of the numeric libraries this process
+    has imported (jax, jaxlib, numpy, scipy, dask, distributed), as they were when it ran."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for dist, module in (("diffsoup-campaign", None), ("jax", "jax"), ("jaxlib", "jaxlib"),
+                         ("numpy", "numpy"), ("scipy", "scipy"), ("dask", "dask"),
+                         ("distributed", "distributed")):
+        if module is not None and module not in sys.modules:
+            continue
+        try:
+            found[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return found
 
 
 def add_run(doc: dict[str, Any], run: dict[str, Any]) -> None:

@@ -73,14 +73,14 @@ class PlannedSubmission:
 
 
 def plan_submission(items: Iterable[Mapping[str, Any]], *, ledger_path: str | Path,
-                    resume: bool = True) -> PlannedSubmission:
+                    resume: bool = True, ignore_fields: Iterable[str] = ()) -> PlannedSubmission:
     """Check the items and plan them against the ledger as it is, writing nothing: no file or
     folder is created, so a submission that goes no further leaves no trace.
 
     Raises the same errors as `checkpointed_map` (bad items, a foreign ledger, a live driver,
-    array workers holding tasks).
+    array workers holding tasks). ``ignore_fields``: as `checkpointed_map`'s.
     """
-    prepared = prepare_items(items)
+    prepared = prepare_items(items, ignore_fields)
     driver = Ledger(ledger_path)
     path = driver.path
     _check_free(path)
@@ -94,13 +94,15 @@ def plan_submission(items: Iterable[Mapping[str, Any]], *, ledger_path: str | Pa
 
 
 def prepare_submission(items: Iterable[Mapping[str, Any]], *, ledger_path: str | Path,
-                       resume: bool = True) -> Submission:
+                       resume: bool = True, ignore_fields: Iterable[str] = ()) -> Submission:
     """Check the items, record the new tasks as pending (refusing changed items, keeping the
     accepted ones), and write the list of tasks for `campaign worker` to claim.
 
     Raises the same errors as `checkpointed_map` (bad items, a foreign ledger, a live driver).
+    ``ignore_fields``: as `checkpointed_map`'s.
     """
-    return plan_submission(items, ledger_path=ledger_path, resume=resume).record()
+    return plan_submission(items, ledger_path=ledger_path, resume=resume,
+                           ignore_fields=ignore_fields).record()
 
 
 def _check_free(path: Path) -> None:

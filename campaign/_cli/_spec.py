@@ -24,6 +24,7 @@ SPEC_KEYS: dict[str, tuple[type, Any]] = {
     "resume": (bool, True),
     "max_interruptions": (int, 3),
     "id_field": (str, None),
+    "ignore_fields": (list, []),
     "options": (dict, {}),
     "array": (dict, {}),
 }
@@ -42,6 +43,7 @@ class RunConfig:
     resume: bool = True
     max_interruptions: int = 3
     id_field: str | None = None
+    ignore_fields: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     array: dict[str, Any] = field(default_factory=dict)
     spec: Path | None = None
@@ -77,6 +79,9 @@ def read_spec(path: Path) -> dict[str, Any]:
             )
         if kind is int and value < 0:
             raise BadInput(f"spec file {path}: {key} = {value} must be 0 or more")
+        if kind is list and not all(isinstance(v, str) and v for v in value):
+            raise BadInput(f"spec file {path}: {key} = {value!r} must be a list of field names, "
+                           f'e.g. {key} = ["notes"]')
     return data
 
 
@@ -101,6 +106,9 @@ def resolve(target: str, flags: dict[str, Any]) -> RunConfig:
     else:
         settings["target"] = target
         base = Path.cwd()
+    if "ignore_fields" in given:  # the flags add to the spec's
+        given["ignore_fields"] = list(dict.fromkeys([*settings["ignore_fields"],
+                                                     *given["ignore_fields"]]))
     settings.update(given)
     missing = [k for k in ("target", "items", "ledger") if settings[k] is None]
     if missing and spec is not None:

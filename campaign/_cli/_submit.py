@@ -99,7 +99,7 @@ def submit_command(spec: str, array: str, time_limit: str | None, partition: str
 
     try:
         done = submit_array(items, ledger_path=cfg.ledger, command=worker, array=elements,
-                            on_submitted=submitted,
+                            on_submitted=submitted, ignore_fields=cfg.ignore_fields,
                             resume=cfg.resume, log_dir=opts.pop("log_dir", None),
                             job_name=opts.pop("job_name", None) or "campaign",
                             workdir=spec_path.parent, dry_run=dry_run, **opts)

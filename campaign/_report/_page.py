@@ -9,6 +9,7 @@ nothing loaded from the network.
 from __future__ import annotations
 
 import html
+import shlex
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,10 +111,12 @@ def _status_label(code: int) -> str:
 
 def _summary(data: Data) -> str:
     from .._cli._common import rate
+    from .._shell import command
 
     f, a = data.facts, data.attempts
     counts = f["counts"]
     rows = [[_status_label(i), counts.get(s, 0)] for i, s in enumerate(STATUSES)]
+    refused = f.get("refused_last_run") or 0
     ran = np.isfinite(a.started)
     first = float(a.started[ran].min()) if ran.any() else None
     last_end = a.ended[np.isfinite(a.ended)]
@@ -140,16 +143,55 @@ def _summary(data: Data) -> str:
         ["CPU time", cpu_text],
         ["throughput", f"{rate(f['throughput_per_s'])} (last run)"],
         ["ETA", eta],
+        ["refused", (f"{refused:,} task(s) in the last run: their item changed since they were "
+                     "recorded, so they were not run (`campaign failures` lists them; "
+                     f"`{command('campaign', 'forget', data.path)} --refused` runs them again "
+                     "with the new items)")
+                    if refused else "none in the last run"],
         ["runs", f"{len(data.runs)} recorded; schedulers used: {', '.join(execs) or 'none'}"],
     ]
     fact_rows = [[_e(k), _e(v)] for k, v in facts]
     runs = [[_e(r.get("id")), _e(r.get("execution")), _e(r.get("status")),
              _e(f"{r.get('host')} pid {r.get('pid')}"), _e(_when(r.get("started"))),
-             _e(_when(r.get("ended"))), r.get("total")] for r in data.runs]
+             _e(_when(r.get("ended"))), r.get("total"), _refused_of(r), _e(_command_of(r)),
+             _e(_versions_of(r))] for r in data.runs]
     return ('<div class="grid"><div>' + _table(["status", "tasks"], rows, {1}) + "</div><div>"
             + _table(["", ""], fact_rows) + "</div></div>"
-            + (_table(["run", "scheduler", "status", "driver", "started", "ended", "tasks"],
-                      runs, {6}) if runs else "<p>No run recorded yet.</p>"))
+            + (_table(["run", "scheduler", "status", "driver", "started", "ended", "tasks",
+                       "refused", "command", "versions"], runs, {6, 7})
+               if runs else "<p>No run recorded yet.</p>"))
+
+
+#: A run's command line is shown up to this many characters.
+COMMAND_CHARS = 160
+
+
+def _command_of(run: dict[str, Any]) -> str:
+    """The run's command line and folder, as recorded (runs of earlier versions have none)."""
+    argv = run.get("argv")
+    if not isinstance(argv, list) or not argv:
+        return "?"
+    text = shlex.join(str(a) for a in argv)
+    if len(text) > COMMAND_CHARS:
+        text = text[:COMMAND_CHARS - 3] + "..."
+    cwd = run.get("cwd")
+    return f"{text} (in {cwd})" if isinstance(cwd, str) else text
+
+
+def _versions_of(run: dict[str, Any]) -> str:
+    found = run.get("versions")
+    if not isinstance(found, dict) or not found:
+        return "?"
+    return ", ".join(f"{k} {v}" for k, v in found.items())
+
+
+def _refused_of(run: dict[str, Any]) -> int:
+    """How many tasks a run refused (its item changed)."""
+    count = run.get("refused_count")
+    if isinstance(count, int):
+        return count
+    listed = run.get("refused")
+    return len(listed) if isinstance(listed, list) else 0
 
 
 def _failures(data: Data) -> str:
@@ -218,13 +260,14 @@ def sections(data: Data) -> _Page:
     """The page's sections and figures for ``data``."""
     page = _Page()
     page.add(Section("summary", "Summary", before=_summary(data)))
+    clock = _plots.clock_of(data)  # one time axis for the three: idle gaps between runs cut
     for key, title, fig, why in (
-            ("progress", "Progress", _plots.progress(data), "No task has ended yet."),
-            ("throughput", "Throughput", _plots.throughput(data),
+            ("progress", "Progress", _plots.progress(data, clock), "No task has ended yet."),
+            ("throughput", "Throughput", _plots.throughput(data, clock=clock),
              "Too few tasks have ended to show a rate.")):
         page.add(Section(key, title, before="" if fig is not None else f"<p>{why}</p>"),
                  [fig] if fig is not None else [])
-    fig, note = _plots.timeline(data)
+    fig, note = _plots.timeline(data, clock)
     page.add(Section("timeline", "Timeline of attempts by worker",
                      before=f'<p class="note">{_e(note)}</p>' if note else (
                          "" if fig is not None else "<p>No attempt has started yet.</p>")),
@@ -237,7 +280,10 @@ def sections(data: Data) -> _Page:
     bar = _plots.attempts_bar(data)
     page.add(Section("retries", "Interruptions and retries", before=text),
              [bar] if bar is not None else [])
-    page.add(Section("slowest", f"The {SLOWEST} slowest tasks", before=_slowest(data)))
+    ended = int(np.isfinite(data.duration).sum())
+    heading = (f"The {SLOWEST} slowest tasks" if ended > SLOWEST else
+               "The tasks by duration, slowest first" if ended != 1 else "The task that ended")
+    page.add(Section("slowest", heading, before=_slowest(data)))
     _results(page, data)
     return page
 

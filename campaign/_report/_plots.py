@@ -15,6 +15,7 @@ from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.models.annotations import Span
 from bokeh.plotting import figure
 
+from ._clock import Clock, make_clock
 from ._data import ACCEPTED, FAILED, INTERRUPTED, MAX_POINTS, RUNNING, STATUSES, Attempts, Data
 
 #: The most lanes (workers) the timeline shows: the busiest ones.
@@ -34,9 +35,32 @@ def _figure(title: str, **kwargs: Any) -> Any:
     return fig
 
 
-def _ms(seconds: np.ndarray) -> np.ndarray:
-    """Unix seconds as the milliseconds a datetime axis takes."""
-    return seconds * 1000.0
+def clock_of(data: Data) -> Clock:
+    """The time axis of the progress, throughput and timeline plots: the clock, or running time
+    with the idle gaps between runs cut (`campaign._report._clock`). Busy: each run from its
+    start to its end (a run without an end: its start), and every attempt."""
+    runs = [r for r in data.runs if isinstance(r.get("started"), (int, float))]
+    run_begins = np.array([float(r["started"]) for r in runs])
+    run_ends = np.array([float(r["ended"]) if isinstance(r.get("ended"), (int, float))
+                         else float(r["started"]) for r in runs])
+    a = data.attempts
+    return make_clock(np.concatenate([run_begins, a.started]),
+                      np.concatenate([run_ends, a.ended]))
+
+
+def _time_figure(title: str, clock: Clock, **kwargs: Any) -> Any:
+    """A figure whose x axis is ``clock``'s: the clock (datetime), or running time in seconds
+    with each cut gap marked by a dotted line and counted in the title."""
+    if not clock.cut:
+        return _figure(title, x_axis_type="datetime", **kwargs)
+    gaps = clock.cuts
+    longest = max(c.seconds for c in gaps)
+    fig = _figure(f"{title} ({len(gaps)} idle gap(s) between runs cut, the longest "
+                  f"{longest:.3g} s)", x_axis_label="running time (s)", **kwargs)
+    for c in gaps:
+        fig.add_layout(Span(location=c.at, dimension="height", line_dash="dotted",
+                            line_color="#777777"))
+    return fig
 
 
 def sample(n: int, limit: int, *, first: np.ndarray | None = None, seed: int = 0) -> np.ndarray:
@@ -57,10 +81,15 @@ def _of(shown: int, total: int, what: str) -> str:
     return f"{total:,} {what}" if shown == total else f"sample of {shown:,} of {total:,} {what}"
 
 
-def progress(data: Data) -> Any:
-    """Cumulative accepted and failed tasks over time (a step line each)."""
-    fig = _figure("Progress: tasks accepted and failed so far", x_axis_type="datetime",
-                  y_axis_label="tasks")
+def progress(data: Data, clock: Clock | None = None) -> Any:
+    """Cumulative accepted and failed tasks over time (a step line each, from 0 at the first
+    start)."""
+    clock = clock_of(data) if clock is None else clock
+    fig = _time_figure("Progress: tasks accepted and failed so far", clock, y_axis_label="tasks")
+    begun = np.concatenate([data.attempts.started, [float(r["started"]) for r in data.runs
+                                                    if isinstance(r.get("started"),
+                                                                  (int, float))]])
+    begun = begun[np.isfinite(begun)]
     drawn = False
     for code, label in ((ACCEPTED, "accepted"), (FAILED, "failed")):
         ended = np.sort(data.ended[(data.status == code) & np.isfinite(data.ended)])
@@ -68,37 +97,43 @@ def progress(data: Data) -> Any:
             continue
         idx = np.unique(np.linspace(0, ended.size - 1, min(ended.size, MAX_POINTS // 4))
                         .astype(np.int64))
-        fig.step(_ms(ended[idx]), idx + 1.0, mode="after", line_width=2, color=COLOURS[code],
+        x, y = ended[idx], idx + 1.0
+        if begun.size and begun.min() < x[0]:
+            x, y = np.concatenate([[begun.min()], x]), np.concatenate([[0.0], y])
+        fig.step(clock(x), y, mode="after", line_width=2, color=COLOURS[code],
                  legend_label=f"{label} ({ended.size:,})")
         drawn = True
     if not drawn:
         return None
     if data.facts.get("active"):
-        fig.add_layout(Span(location=data.now * 1000.0, dimension="height", line_dash="dashed",
-                            line_color="#555555"))
+        fig.add_layout(Span(location=float(clock(np.array([data.now]))[0]), dimension="height",
+                            line_dash="dashed", line_color="#555555"))
     fig.legend.location = "top_left"
     return fig
 
 
-def throughput(data: Data, bins: int = 120) -> Any:
-    """Tasks ended (accepted or failed) per second or minute, in time bins."""
+def throughput(data: Data, bins: int = 120, clock: Clock | None = None) -> Any:
+    """Tasks ended (accepted or failed) per second or minute, in time bins of the plot's axis
+    (idle gaps between runs cut: `clock_of`)."""
+    clock = clock_of(data) if clock is None else clock
     done = (data.status == ACCEPTED) | (data.status == FAILED)
-    ended = data.ended[done & np.isfinite(data.ended)]
+    ended = clock(data.ended[done & np.isfinite(data.ended)])
     if ended.size < 2 or ended.max() <= ended.min():
         return None
     counts, edges = np.histogram(ended, bins=min(bins, max(10, ended.size // 5)))
-    width = edges[1] - edges[0]
+    width = (edges[1] - edges[0]) / clock.seconds(1.0)
     unit, per = ("second", 1.0) if width < 10 else ("minute", 60.0)
-    fig = _figure(f"Throughput: tasks ended per {unit} ({width:.3g} s bins)",
-                  x_axis_type="datetime", y_axis_label=f"tasks / {unit}")
-    fig.quad(left=_ms(edges[:-1]), right=_ms(edges[1:]), bottom=0, top=counts * per / width,
+    fig = _time_figure(f"Throughput: tasks ended per {unit} ({width:.3g} s bins)", clock,
+                       y_axis_label=f"tasks / {unit}")
+    fig.quad(left=edges[:-1], right=edges[1:], bottom=0, top=counts * per / width,
              color="#4c72b0", line_color=None)
     return fig
 
 
-def timeline(data: Data) -> tuple[Any, str]:
+def timeline(data: Data, clock: Clock | None = None) -> tuple[Any, str]:
     """Every attempt as a bar from its start to its end, one lane per worker, coloured by
     outcome (Nextflow's timeline). Returns the figure (None if no attempt started) and a note."""
+    clock = clock_of(data) if clock is None else clock
     a: Attempts = data.attempts
     ok = np.isfinite(a.started) & np.isfinite(a.ended)
     rows = np.flatnonzero(ok)
@@ -113,8 +148,8 @@ def timeline(data: Data) -> tuple[Any, str]:
         rows = rows[np.isin(a.lane[rows], lanes)]
     order = {lane: i for i, lane in enumerate(sorted(lanes, key=lambda j: a.lanes[j]))}
     pick = rows[sample(rows.size, MAX_POINTS, first=a.status[rows] != ACCEPTED)]
-    fig = _figure(f"Timeline: {_of(pick.size, int(ok.sum()), 'attempts')} by worker",
-                  x_axis_type="datetime", height=max(_HEIGHT, 26 * len(order) + 90))
+    fig = _time_figure(f"Timeline: {_of(pick.size, int(ok.sum()), 'attempts')} by worker", clock,
+                       height=max(_HEIGHT, 26 * len(order) + 90))
     y = np.array([order[j] for j in a.lane[pick]], dtype=np.float64) if pick.size else np.empty(0)
     for code in (ACCEPTED, FAILED, INTERRUPTED, RUNNING):
         sel = a.status[pick] == code
@@ -122,12 +157,15 @@ def timeline(data: Data) -> tuple[Any, str]:
             continue
         idx = pick[sel]
         source = ColumnDataSource({
-            "left": _ms(a.started[idx]), "right": _ms(a.ended[idx]), "y": y[sel],
+            "left": clock(a.started[idx]), "right": clock(a.ended[idx]), "y": y[sel],
             "task": np.array([data.task_ids[t] for t in a.task[idx].tolist()]),
             "attempt": a.number[idx].astype(np.int32),
             "seconds": (a.ended[idx] - a.started[idx]).astype(np.float32)})
+        # a darker edge: back-to-back attempts of one outcome stay two bars, and a bar too
+        # short for its fill still shows
         fig.hbar(y="y", left="left", right="right", height=0.7, source=source,
-                 color=COLOURS[code], legend_label=STATUSES[code])
+                 fill_color=COLOURS[code], line_color=_darker(COLOURS[code]), line_width=1,
+                 legend_label=STATUSES[code])
     fig.yaxis.ticker = list(order.values())
     fig.yaxis.major_label_overrides = {i: a.lanes[j] for j, i in order.items()}
     fig.add_tools(HoverTool(tooltips=[("task", "@task"), ("attempt", "@attempt"),
@@ -137,12 +175,19 @@ def timeline(data: Data) -> tuple[Any, str]:
     return fig, note
 
 
+def _darker(colour: str, factor: float = 0.6) -> str:
+    """``#rrggbb`` with each channel scaled by ``factor``."""
+    channels = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{int(c * factor):02x}" for c in channels)
+
+
 def histogram(values: np.ndarray, title: str, x_label: str, colour: str = "#4c72b0") -> Any:
     """Counts of the finite ``values`` in up to 40 bins (log-spaced where they are all
     positive and span more than two decades); None when there are none."""
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return None
+    left_out = int(values.size - finite.size)
     low, high = float(finite.min()), float(finite.max())
     logx = low > 0 and high / low > 100
     bins = int(min(40, max(5, np.sqrt(finite.size))))
@@ -154,11 +199,18 @@ def histogram(values: np.ndarray, title: str, x_label: str, colour: str = "#4c72
         edges = np.array([low - 0.5, high + 0.5]) if low == 0 else np.array(
             [low - abs(low) * 0.05, high + abs(high) * 0.05])
     counts, edges = np.histogram(finite, bins=edges)
-    fig = _figure(f"{title} ({finite.size:,} values)", x_axis_label=x_label,
+    also = f"; {left_out:,} NaN or infinite left out" if left_out else ""
+    fig = _figure(f"{title} ({finite.size:,} values{also})", x_axis_label=x_label,
                   y_axis_label="count", x_axis_type="log" if logx else "linear", height=240)
     fig.quad(left=edges[:-1], right=edges[1:], bottom=0, top=counts, color=colour,
              line_color="white")
+    _whole_counts(fig)
     return fig
+
+
+def _whole_counts(fig: Any) -> None:
+    """Ticks of a count axis at whole numbers only."""
+    fig.yaxis[0].ticker.min_interval = 1
 
 
 def attempts_bar(data: Data) -> Any:
@@ -179,6 +231,7 @@ def attempts_bar(data: Data) -> Any:
                      legend_label=STATUSES[code])
             bottom = bottom + counts  # a new array: the glyph keeps the old one
     fig.xaxis.ticker = list(range(1, most + 1))
+    _whole_counts(fig)
     fig.legend.location = "top_right"
     return fig
 

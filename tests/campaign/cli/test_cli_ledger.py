@@ -112,15 +112,15 @@ def test_forget_by_id_and_by_status_keeps_a_backup(finished):
     original = ledger.read_bytes()
     proc = campaign("forget", "runs.json", "a", cwd=finished)
     assert proc.returncode == 0, proc.stderr
-    assert "forgot 1 task in runs.json" in proc.stdout
+    assert "forgot 1 task in runs.json" in proc.stderr
     backups = list(finished.glob("runs.before-forget-*.json"))
     assert len(backups) == 1 and backups[0].read_bytes() == original
-    assert str(backups[0].name) in proc.stdout
+    assert str(backups[0].name) in proc.stderr
     assert statuses(ledger) == {"b": "failed", "c": "accepted", "d": "accepted"}
     proc = campaign("forget", "runs.json", "--status", "failed", cwd=finished)
     assert proc.returncode == 0 and statuses(ledger) == {"c": "accepted", "d": "accepted"}
     nothing = campaign("forget", "runs.json", "--status", "interrupted", cwd=finished)
-    assert nothing.returncode == 0 and "nothing to forget" in nothing.stdout
+    assert nothing.returncode == 0 and "nothing to forget" in nothing.stderr
     assert len(list(finished.glob("runs.before-forget-*.json"))) == 2  # none for nothing
     rerun = campaign("run", "model.py:fit", "--items", "items.csv", "--ledger", "runs.json",
                      cwd=finished)

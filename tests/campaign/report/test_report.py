@@ -58,11 +58,13 @@ def screenshots(tmp_path: Path) -> Path:
 
 
 def report(ledger: Path, page: Path) -> str:
-    """Run ``campaign report LEDGER -o PAGE``; returns what it printed."""
+    """Run ``campaign report LEDGER -o PAGE``; returns its message (on standard error: standard
+    output stays empty, docs/cli.md)."""
     proc = subprocess.run([PYTHON, "-m", "campaign._cli", "report", str(ledger), "-o", str(page)],
                           env=child_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    assert proc.stdout == ""
+    return proc.stderr
 
 
 def plots_in(stdout: str) -> int:
@@ -301,3 +303,21 @@ def test_write_report_from_python(tmp_path):
     html = (tmp_path / "small.html").read_text()
     assert_offline(html)
     assert "KeyError" in html and "x = 2 is out of range" in html
+
+
+def test_the_summary_and_each_run_count_the_refused_tasks_and_show_the_command(tmp_path):
+    ledger = tmp_path / "refusals.json"
+    items = [{"task_id": f"r{i}", "x": i} for i in range(6)]
+    checkpointed_map(run, items, ledger_path=ledger)
+    for item in items[:4]:
+        item["x"] += 100  # four items changed: refused by the second run
+    second = checkpointed_map(run, items + [{"task_id": "r6", "x": 6}], ledger_path=ledger)
+    assert second.counts["refused"] == 4
+    write_report(ledger, tmp_path / "refusals.html")
+    html = (tmp_path / "refusals.html").read_text()
+    assert "4 task(s) in the last run: their item changed" in html
+    runs = html.split("<th>refused</th>", 1)[1].split("</table>", 1)[0]
+    counts = re.findall(r'<td class="n">(\d+)</td><td class="n">(\d+)</td>', runs)
+    assert counts == [("6", "0"), ("7", "4")], runs  # each run's tasks and refused
+    assert runs.count("python 3.") == 2 and "diffsoup-campaign" in runs  # each run's versions
+    assert "pytest" in runs  # each run's command line (this test's)
