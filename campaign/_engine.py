@@ -54,6 +54,7 @@ def checkpointed_map(
     timeout: float | None = None,
     progress: Callable[[Progress], None] | None = None,
     commit_interval: float = 0.1,
+    ignore_fields: Iterable[str] = (),
     **scheduler_options: Any,
 ) -> Campaign:
     """Run ``fn(item)`` for every item, recording each task in the ledger as it finishes.
@@ -81,10 +82,16 @@ def checkpointed_map(
         timeout: for ``"processes"``: seconds a task may run before its worker is killed and
             the task fails with ``TaskTimeout``.
         progress: called with a `Progress` after every start and outcome (once for those a
-            worker reported together).
+            worker reported together); None (the default) for no progress. Anything else
+            that is not callable is refused with ``TypeError``.
         commit_interval: the shortest time in seconds between two ledger writes (group commit);
             raise it on slow shared file systems. Outcomes arriving in between are written
             together; checkpointed_map returns only once all are durable.
+        ignore_fields: top-level item fields that may be added, removed or changed without
+            the task's item counting as changed (metadata columns such as ``notes``): an item
+            that differs from its record in these fields only keeps its result (its record,
+            with the item it ran with, stays). They are recorded in the run's entry
+            (docs/ledger.md, "What the fingerprint covers").
         scheduler_options: further options of the chosen scheduler (e.g. ``workers=`` for
             ``"processes"``).
 
@@ -103,7 +110,8 @@ def checkpointed_map(
             ``fn``, a `BaseException` included, is the task's failure, recorded with its type.
     """
     limits = _checked(fn, retries, max_interruptions, execution, device_groups, timeout)
-    prepared = prepare_items(items)
+    _check_progress(progress)
+    prepared = prepare_items(items, ignore_fields)
     scheduler = make_scheduler(execution, device_groups=device_groups, timeout=timeout,
                                **scheduler_options)
     if not commit_interval >= 0:
@@ -129,6 +137,15 @@ def _checked(fn: Any, retries: int, max_interruptions: int, execution: str | Sch
             "use; drop them or pass execution='processes'"
         )
     return limits
+
+
+def _check_progress(progress: Any) -> None:
+    """``progress`` is None (no progress) or a callable taking a `Progress`."""
+    if progress is not None and not callable(progress):
+        raise TypeError(
+            "progress must be a callable taking a campaign.Progress (called after every start "
+            f"and outcome), or None for no progress; got {progress!r}"
+        )
 
 
 class _Run:

@@ -47,8 +47,10 @@ def _scalar_of(value: Any) -> Any:
 
 def _describe(value: Any) -> str:
     shape = getattr(value, "shape", None)
-    kind = f"{type(value).__module__}.{type(value).__qualname__}"
-    return f"{kind} of shape {tuple(shape)}" if shape is not None else kind
+    module, name = type(value).__module__, type(value).__qualname__
+    kind = name if module == "builtins" else f"{module}.{name}"  # "an int", "a numpy.ndarray"
+    kind = f"{kind} of shape {tuple(shape)}" if shape is not None else kind
+    return ("an " if kind[:1] in "aeiouAEIOU" else "a ") + kind
 
 
 def _path(parts: list[Any]) -> str:
@@ -121,7 +123,7 @@ def encode_item(value: Any, where: str, parts: list[Any] | None = None) -> Any:
             parts.pop()
         return out_list
     raise ItemError(
-        f"{where}{_path(parts)} is a {_describe(value)}, which is not plain JSON; items may hold "
+        f"{where}{_path(parts)} is {_describe(value)}, which is not plain JSON; items may hold "
         "only dicts with str keys, lists, str, int, float, bool and None (convert arrays with "
         ".tolist())"
     )
@@ -222,7 +224,7 @@ def encode_result(result: Any, task_id: str | None = None) -> dict[str, Any]:
     task = "" if task_id is None else f"task {task_id!r}: "
     if not isinstance(result, dict):
         raise ResultError(
-            f"{task}fn returned a {_describe(result)}; it must return a flat dict of "
+            f"{task}fn returned {_describe(result)}; it must return a flat dict of "
             "str -> number/str/bool/None, e.g. {'loss': 0.1}"
         )
     out: dict[str, Any] = {}
@@ -255,7 +257,7 @@ def encode_result(result: Any, task_id: str | None = None) -> dict[str, Any]:
             out[key] = encode_float(float(value))
         else:
             raise ResultError(
-                f"{task}fn returned {key!r}: a {_describe(value)}; result values must be numbers, "
+                f"{task}fn returned {key!r}: {_describe(value)}; result values must be numbers, "
                 "strings, bools or None (reduce arrays to scalars, e.g. float(x.sum()), or save "
                 "them to a file and return its path)"
             )

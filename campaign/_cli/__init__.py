@@ -17,6 +17,7 @@ from .._errors import LedgerWriteError
 from ._exits import EXIT_FAILED, EXIT_LEDGER_WRITE, EXIT_SIGINT, EXIT_USAGE, LedgerWriteFailed
 from ._failures import failures_command
 from ._forget import forget_command
+from ._options import group_verbose_option
 from ._report import report_command
 from ._results import results_command
 from ._run import run_command
@@ -29,6 +30,7 @@ from ._worker import worker_command
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(package_name="diffsoup-campaign", prog_name="campaign")
+@group_verbose_option
 def cli() -> None:
     """Run one function over many items, record every finished task in a ledger (one JSON
     file), and resume exactly where a run stopped.
@@ -36,7 +38,8 @@ def cli() -> None:
     Exit codes: 0 all accepted (or nothing to report), 1 some tasks failed or were refused,
     2 bad usage or bad input (nothing written), 3 the ledger could not be written (disk full,
     read-only; what was recorded is kept), 130 interrupted by Ctrl-C, 143 stopped by SIGTERM
-    (both after the ledger was written). See docs/cli.md.
+    (both after the ledger was written). Each command's options and output: campaign COMMAND
+    --help.
     """
 
 

@@ -4,6 +4,7 @@ failed records are kept."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,14 @@ def describe_failure(tid: str, rec: dict[str, Any], tb_lines: int) -> list[str]:
 
 def traceback_tail(text: str, n: int) -> list[str]:
     """The last ``n`` lines of a traceback's frames (the final ``Type: message`` line, already
-    shown, left out)."""
+    shown, left out), counting only lines that say something: the ``~~~^^^`` lines under the
+    source (Python 3.11 and later) are left out."""
     lines = [line for line in text.rstrip().splitlines()
              if line != "Traceback (most recent call last):"]
     frames_end = max((i for i, line in enumerate(lines) if line.startswith(" ")), default=-1)
-    return lines[: frames_end + 1][-n:] if n else []
+    frames = [line for line in lines[: frames_end + 1] if not _CARETS.fullmatch(line)]
+    return frames[-n:] if n else []
+
+
+#: A line of a traceback that only points at the source above it.
+_CARETS = re.compile(r"\s*[~^]+[\s~^]*")

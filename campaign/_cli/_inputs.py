@@ -238,6 +238,9 @@ def _with_task_id(item: Any, where: str, path: Path, id_field: str | None,
                 "identifies each item with --id-field NAME"
             )
         return item
+    if id_field not in item:
+        raise BadInput(f"items file {path} {where} has no field {id_field!r} (--id-field); "
+                       f"{_fields_hint(id_field, item)}")
     value = item.get(id_field)
     if value is None or value == "":
         raise BadInput(
@@ -251,6 +254,17 @@ def _with_task_id(item: Any, where: str, path: Path, id_field: str | None,
             f"field {id_field!r} ({task_id!r}); drop --id-field or the task_id field"
         )
     return {"task_id": task_id, **item}
+
+
+def _fields_hint(name: str, item: dict[str, Any]) -> str:
+    """``its fields: 'sample', 'x'; did you mean 'sample'?``"""
+    import difflib
+
+    fields = [str(k) for k in item]
+    shown = ", ".join(map(repr, fields[:20])) + (" ..." if len(fields) > 20 else "")
+    close = difflib.get_close_matches(name, fields, n=3)
+    mean = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    return f"its fields: {shown or 'none'}{mean}"
 
 
 def _kind(value: Any) -> str:

@@ -16,8 +16,18 @@ from ._logging import configure_logging
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _verbosity(ctx: click.Context, param: click.Parameter, value: int) -> int:
+#: Where the group's ``-v`` count is kept for the command's (``ctx.meta`` is shared by both).
+_GROUP_VERBOSITY = "campaign.verbosity"
+
+
+def _group_verbosity(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    ctx.meta[_GROUP_VERBOSITY] = value
     configure_logging(value)
+    return value
+
+
+def _verbosity(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    configure_logging(ctx.meta.get(_GROUP_VERBOSITY, 0) + value)  # ``campaign -v run -v``: 2
     return value
 
 
@@ -26,6 +36,16 @@ def verbose_option(fn: F) -> F:
     return click.option(
         "-v", "--verbose", count=True, expose_value=False, is_eager=True,
         callback=_verbosity, help="Log more on stderr (-v: info, -vv: debug).",
+    )(fn)
+
+
+def group_verbose_option(fn: F) -> F:
+    """The group's ``-v/--verbose`` (``campaign -v status L``): the same as a command's, for
+    every command; the two counts add up."""
+    return click.option(
+        "-v", "--verbose", count=True, expose_value=False, is_eager=True,
+        callback=_group_verbosity,
+        help="Log more on stderr (-v: info, -vv: debug), for any command.",
     )(fn)
 
 

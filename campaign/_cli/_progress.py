@@ -52,14 +52,15 @@ class _Ticker:
             self._thread.join()
 
 
-def summary_line(p: Progress) -> str:
-    """``120/1000 accepted, 3 failed, 1 running, 876 remaining, 12.3 tasks/s, ETA 1m12s``."""
+def summary_line(p: Progress, eta: bool = True) -> str:
+    """``120/1000 accepted, 3 failed, 1 running, 876 remaining, 12.3 tasks/s, ETA 1m12s``;
+    without ``eta`` (the last line of a run that ended or was stopped), no ETA."""
     per_s = p.done_this_run / p.elapsed if p.elapsed > 0 and p.done_this_run else None
     left = p.remaining + p.running
-    eta = duration(left / per_s) if per_s and left else ("0s" if not left else "?")
+    until = duration(left / per_s) if per_s and left else ("0s" if not left else "?")
     refused = f", {p.refused} refused" if p.refused else ""
     return (f"{p.accepted}/{p.total} accepted, {p.failed} failed{refused}, {p.running} running, "
-            f"{p.remaining} remaining, {rate(per_s)}, ETA {eta}")
+            f"{p.remaining} remaining, {rate(per_s)}" + (f", ETA {until}" if eta else ""))
 
 
 class LineProgress:
@@ -98,12 +99,12 @@ class LineProgress:
         with self._lock:
             p = final or self.last
             if p is not None:
-                self._write(p, note)
+                self._write(p, note, eta=False)
 
-    def _write(self, p: Progress, note: str = "") -> None:
+    def _write(self, p: Progress, note: str = "", eta: bool = True) -> None:
         self._next = time.monotonic() + self.interval
         self._shown = _counts(p)
-        self.stream.write(f"[campaign] {note}{summary_line(p)}\n")
+        self.stream.write(f"[campaign] {note}{summary_line(p, eta)}\n")
         self.stream.flush()
 
 
@@ -157,6 +158,10 @@ class BarProgress:
             if self.bar is not None:
                 self.bar.close()
                 self.bar = None
+            p = final or self.last
+            if p is not None:  # the counts stay on screen when the bar has gone
+                self.stream.write(f"[campaign] {note}{summary_line(p, eta=False)}\n")
+                self.stream.flush()
 
 
 class NoProgress:

@@ -10,6 +10,7 @@ import click
 from ._exits import EXIT_OK, BadInput
 from ._format import duration
 from ._options import ledger_argument, verbose_option
+from ._reading import ledger_message
 
 
 @click.command("report", short_help="One offline HTML page of plots about a campaign.")
@@ -40,9 +41,9 @@ def report_command(ledger: Path, output: Path | None) -> int:
     try:
         report = write_report(ledger, output)
     except LedgerError as exc:
-        raise BadInput(str(exc)) from None
+        raise BadInput(ledger_message(ledger, str(exc))) from None
     except OSError as exc:
         raise BadInput(f"cannot write {output}: {exc.strerror or exc}") from None
     click.echo(f"campaign: wrote {output} ({report.plots} plots, {report.tasks:,} tasks, "
-               f"{report.size / 1e6:.1f} MB) in {duration(time.perf_counter() - begun)}")
+               f"{report.size / 1e6:.1f} MB) in {duration(time.perf_counter() - begun)}", err=True)
     return EXIT_OK

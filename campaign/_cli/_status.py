@@ -25,6 +25,7 @@ from .._skew import FRACTION, skewed
 from .._status import RunStatus, Status
 from .._tally import STATUSES, SubmissionTally, Tally
 from ._common import BadInput, duration, ledger_argument, plural, rate, timestamp, verbose_option
+from ._reading import ledger_message
 
 #: Running tasks listed by the text output (``--json`` lists all).
 RUNNING_SHOWN = 20
@@ -33,13 +34,27 @@ _STATUSES = STATUSES
 ELEMENTS_SHOWN = 20
 
 
+class _TaskStatus(click.Choice):
+    """``--tasks``' choices; a ledger path given in their place (``status --tasks L``) gets
+    told to come first."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and value not in self.choices and (
+                value.endswith(".json") or Path(value).is_file()):
+            self.fail(f"{value!r} is not a task status ({', '.join(self.choices)}): it looks "
+                      "like the ledger; --tasks takes an optional STATUS, so give the ledger "
+                      f"first: {command('campaign', 'status', value, '--tasks')}", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 @click.command("status", short_help="Where a campaign stands (counts, speed, ETA).")
 @ledger_argument
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the same facts.")
 @click.option("--tasks", "tasks_of", is_flag=False, flag_value="all", default=None,
-              type=click.Choice(("all",) + _STATUSES), metavar="[STATUS]",
-              help="Instead, list the task ids: TASK_ID<tab>STATUS lines by status, or with "
-                   "STATUS (e.g. --tasks failed) only those ids, one per line.")
+              type=_TaskStatus(("all",) + _STATUSES), metavar="[STATUS]",
+              help="Instead, list the task ids: with no STATUS or `all`, TASK_ID<tab>STATUS "
+                   "lines by status; with STATUS (" + ", ".join(_STATUSES) + ", e.g. --tasks "
+                   "failed) only those ids, one per line. Give it after LEDGER.")
 @verbose_option
 def status_command(ledger: Path, as_json: bool, tasks_of: str | None) -> int:
     """Counts by status, attempts, failures by error type, running tasks, throughput and ETA;
@@ -92,7 +107,7 @@ def scan_blocks(path: Path) -> tuple[dict[str, Any], Iterator[tuple[dict[str, An
     try:
         head, blocks, over = scan_columns(path, typed=True)
     except LedgerError as exc:
-        raise BadInput(str(exc)) from None
+        raise BadInput(ledger_message(path, str(exc))) from None
 
     def checked() -> Iterator[tuple[dict[str, Any], Columns]]:
         try:

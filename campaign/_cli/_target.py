@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -29,9 +30,12 @@ def load_target(target: str, base: Path | None = None) -> Callable[..., Any]:
     ``sys.path``. Relative file paths are relative to ``base``.
     """
     where, sep, name = target.rpartition(":")
+    base = Path.cwd() if base is None else base
+    if not sep and target:
+        raise BadInput(f"TARGET {target!r} names no function; write it as {_FORMS}"
+                       + _function_hint(target, base))
     if not sep or not where or not name:
         raise BadInput(f"TARGET {target!r} names no function; write it as {_FORMS}")
-    base = Path.cwd() if base is None else base
     if where.endswith(".py") or "/" in where or "\\" in where:
         module = _import_file(target, base / where)
     else:
@@ -44,9 +48,12 @@ def load_target(target: str, base: Path | None = None) -> Callable[..., Any]:
             public = sorted(n for n, v in vars(module).items()
                             if callable(v) and not n.startswith("_"))
             shown = ", ".join(public[:12]) + (" ..." if len(public) > 12 else "")
+            close = difflib.get_close_matches(name, public, n=3)
+            mean = f"; did you mean {' or '.join(f'{where}:{c}' for c in close)}?" \
+                if close else ""
             raise BadInput(
                 f"TARGET {target!r}: {where} has no attribute {name!r} (its functions: "
-                f"{shown or 'none'})"
+                f"{shown or 'none'}){mean}"
             ) from None
     if not callable(obj):
         raise BadInput(
@@ -54,6 +61,29 @@ def load_target(target: str, base: Path | None = None) -> Callable[..., Any]:
             "that takes one item (a dict) and returns a flat dict of results"
         )
     return obj
+
+
+def _function_hint(where: str, base: Path) -> str:
+    """``; e.g. fit.py:fit (its functions: fit.py:fit, fit.py:helper)``: the functions the
+    module ``where`` defines, those named like the module first; "" if it does not import."""
+    import inspect
+
+    try:
+        if where.endswith(".py") or "/" in where or "\\" in where:
+            module = _import_file(where, base / where)
+        else:
+            module = _import_module(where, where, base)
+    except BadInput:
+        return ""
+    own = [n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_")
+           and v.__module__ == module.__name__]
+    if not own:
+        return f" ({where} defines no function)"
+    stem = Path(where).stem if where.endswith(".py") else where.rpartition(".")[2]
+    close = difflib.get_close_matches(stem, own, n=len(own), cutoff=0.6)
+    ranked = close + [n for n in own if n not in close]
+    shown = ", ".join(f"{where}:{n}" for n in ranked[:12]) + (" ..." if len(ranked) > 12 else "")
+    return f"; e.g. {where}:{ranked[0]} (the functions {where} defines: {shown})"
 
 
 def _import_file(target: str, path: Path) -> Any:

@@ -139,8 +139,8 @@ def test_results_are_checked_and_numpy_scalars_converted(ledger):
     assert errors["array"].error_type == "ResultError"
     assert "'a'" in errors["array"].message
     assert "numpy.ndarray of shape (3,)" in errors["array"].message
-    assert "'a'" in errors["nested"].message and "builtins.dict" in errors["nested"].message
-    assert "builtins.list" in errors["list"].message
+    assert "'a'" in errors["nested"].message and "'a': a dict;" in errors["nested"].message
+    assert "fn returned a list;" in errors["list"].message
 
 
 @pytest.mark.parametrize(

@@ -102,14 +102,14 @@ def test_campaign_run_on_a_finished_ledger_prints_nothing_to_run_and_exits_0(tmp
     args = ("model.py:fit", "--items", "items.json", "--ledger", "l.json", "--progress", "off")
     first = campaign_run(tmp_path, *args)
     assert first.returncode == 0, first.stderr
-    assert "2/2 accepted" in first.stdout and "(0 kept from the ledger, 2 ran now)" in first.stdout
+    assert "2/2 accepted" in first.stderr and "(0 kept from the ledger, 2 ran now)" in first.stderr
     before = file_state(tmp_path / "l.json")
     (tmp_path / "spec.toml").write_text(  # a dask cluster, if one started, would say so
         'target = "model.py:fit"\nitems = "items.json"\nledger = "l.json"\n'
         'execution = "dask"\n[options]\ndashboard = true\n')
     again = campaign_run(tmp_path, "spec.toml", "--progress", "off")
     assert again.returncode == 0, again.stderr
-    line = again.stdout.strip()
+    line = again.stderr.strip()  # the summary is a message (docs/cli.md)
     assert "2/2 accepted" in line and "(2 kept from the ledger, nothing to run)" in line
     assert re.search(r" in \d+(\.\d)?s ", line) and "?" not in line, line  # a time, not "?"
     assert "dask dashboard" not in again.stderr  # no cluster was started

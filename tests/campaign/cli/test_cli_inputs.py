@@ -184,8 +184,12 @@ def test_id_field_makes_string_task_ids(tmp_path):
     path = tmp_path / "items.json"
     path.write_text(json.dumps([{"n": 1, "x": 2}, {"n": "b", "x": 3}]))
     assert [i["task_id"] for i in read_items(path, id_field="n")] == ["1", "b"]
-    with pytest.raises(BadInput, match="no value for the id field 'm'"):
+    with pytest.raises(BadInput, match=r"has no field 'm' .*its fields: 'n', 'x'"):
         read_items(path, id_field="m")
+    empty = tmp_path / "empty_id.json"
+    empty.write_text(json.dumps([{"n": "", "x": 1}]))
+    with pytest.raises(BadInput, match="no value for the id field 'n'"):
+        read_items(empty, id_field="n")
     path.write_text(json.dumps([{"task_id": "z", "n": 1}]))
     with pytest.raises(BadInput, match="both a task_id"):
         read_items(path, id_field="n")

@@ -30,10 +30,10 @@ def test_console_script_runs_a_campaign_to_the_end(tmp_path):
                            "--ledger", "runs.json"], cwd=tmp_path, env=env(),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "4/4 accepted" in proc.stdout
+    assert proc.stdout == "" and "4/4 accepted" in proc.stderr  # the summary is a message
     assert set(statuses(tmp_path / "runs.json").values()) == {"accepted"}
-    # not a terminal: plain progress lines, the last one at the end
-    assert proc.stderr.strip().splitlines()[-1].startswith("[campaign] 4/4 accepted, 0 failed")
+    # not a terminal: plain progress lines, the last one at the end, then the summary
+    assert proc.stderr.strip().splitlines()[-2].startswith("[campaign] 4/4 accepted, 0 failed")
     again = campaign("run", "model.py:fit", "--items", "items.json", "--ledger", "runs.json",
                      cwd=tmp_path)
     assert again.returncode == 0
@@ -46,16 +46,16 @@ def test_failures_exit_1_then_a_fixed_item_reruns_after_forget(tmp_path):
     proc = campaign("run", "model.py:fit", "--items", "items.csv", "--ledger", "l.json",
                     "--retries", "1", cwd=tmp_path)
     assert proc.returncode == 1
-    assert "2/3 accepted, 1 failed" in proc.stdout
+    assert "2/3 accepted, 1 failed" in proc.stderr
     assert "campaign failures l.json" in proc.stderr
     assert read_doc(tmp_path / "l.json")["tasks"]["b"]["attempts"] == 2  # --retries 1
     # the item changes: refused (exit 1), until forgotten
     (tmp_path / "items.csv").write_text("task_id,x,fail\na,1,\nb,2,\nc,30,\n")
     proc = campaign("run", "model.py:fit", "--items", "items.csv", "--ledger", "l.json",
                     cwd=tmp_path)
-    assert proc.returncode == 1 and "refused" in proc.stdout
+    assert proc.returncode == 1 and "refused" in proc.stderr
     forget = campaign("forget", "l.json", "c", "--status", "failed", cwd=tmp_path)
-    assert forget.returncode == 0 and "forgot 2 tasks" in forget.stdout
+    assert forget.returncode == 0 and "forgot 2 tasks" in forget.stderr
     proc = campaign("run", "model.py:fit", "--items", "items.csv", "--ledger", "l.json",
                     cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -158,7 +158,10 @@ def test_module_target_and_id_field(tmp_path):
     assert list(tasks) == ["007", "008"]
     assert tasks["007"]["item"] == {"task_id": "007", "sample": 7, "x": 3}
     assert tasks["008"]["result"] == {"y": 16}
-    assert proc.stderr == ""  # --progress off
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [  # --progress off: the summary alone
+        f"campaign: 2/2 accepted in {proc.stderr.split(' in ')[1].split(' ')[0]} (0 kept from "
+        "the ledger, 2 ran now); ledger l.json"]
 
 
 def test_empty_items_file_is_a_complete_campaign(tmp_path):
@@ -166,7 +169,7 @@ def test_empty_items_file_is_a_complete_campaign(tmp_path):
     (tmp_path / "items.json").write_text("[]")
     proc = campaign("run", "model.py:fit", "--items", "items.json", "--ledger", "l.json",
                     cwd=tmp_path)
-    assert proc.returncode == 0 and "0/0 accepted" in proc.stdout
+    assert proc.returncode == 0 and "0/0 accepted" in proc.stderr
 
 
 def test_progress_bar_shows_counts(tmp_path):
@@ -176,7 +179,9 @@ def test_progress_bar_shows_counts(tmp_path):
                     "--progress", "bar", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "3/3" in proc.stderr and "3 ok, 0 failed, 0 running, 0 remaining" in proc.stderr
-    assert "[campaign]" not in proc.stderr  # the bar, not plain lines
+    # the bar, not plain lines: one line, the final counts, once the bar has closed
+    assert proc.stderr.count("[campaign]") == 1
+    assert "[campaign] 3/3 accepted, 0 failed, 0 running, 0 remaining" in proc.stderr
 
 
 def test_a_target_file_named_like_a_stdlib_module_works(tmp_path):
@@ -195,7 +200,7 @@ def test_a_target_file_named_like_a_stdlib_module_works(tmp_path):
                                "--ledger", ledger, "--execution", execution, "--progress", "off"],
                               cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "3/3 accepted" in proc.stdout
+        assert "3/3 accepted" in proc.stderr
         results = [rec["result"] for rec in read_doc(tmp_path / ledger)["tasks"].values()]
         assert results == [{"y": 2 * i, "stdlib_random": True} for i in range(3)]
 
