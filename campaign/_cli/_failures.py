@@ -12,8 +12,8 @@ from typing import Any
 import click
 import orjson
 
+from .._format import plural
 from ._exits import EXIT_FAILED, EXIT_OK
-from ._format import plural
 from ._options import ledger_argument, verbose_option
 from ._reading import scan_ledger
 

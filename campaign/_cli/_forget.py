@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
+from .._format import plural
 from .._shell import command
 from ._exits import BadInput
-from ._format import plural
 from ._options import ledger_argument, verbose_option, with_errors
 from ._reading import read_ledger
 

@@ -15,8 +15,8 @@ import time
 from typing import IO, Any
 
 from .._campaign import Progress
+from .._format import duration, rate
 from .._signals import block_stop_signals
-from ._format import duration, rate
 
 #: ``--progress`` choices.
 MODES = ("auto", "bar", "lines", "off")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
+from .._format import duration
 from ._exits import EXIT_OK, BadInput
-from ._format import duration
 from ._options import ledger_argument, verbose_option
 from ._reading import ledger_message
 

@@ -23,8 +23,8 @@ import orjson
 
 from schedulers._usage import FIELDS as USAGE_FIELDS
 
+from .._format import plural
 from ._exits import BadInput
-from ._format import plural
 from ._options import ledger_argument, verbose_option
 from ._reading import scan_ledger
 

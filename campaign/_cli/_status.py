@@ -19,12 +19,15 @@ from typing import Any
 import click
 import orjson
 
+from .._format import duration, plural, rate, timestamp
+from .._jobs import any_active, job_array_states
 from .._records import Columns
 from .._shell import command
 from .._skew import FRACTION, skewed
 from .._status import RunStatus, Status
 from .._tally import STATUSES, SubmissionTally, Tally
-from ._common import BadInput, duration, ledger_argument, plural, rate, timestamp, verbose_option
+from ._exits import BadInput
+from ._options import ledger_argument, verbose_option
 from ._reading import ledger_message
 
 #: Running tasks listed by the text output (``--json`` lists all).
@@ -85,7 +88,7 @@ def status_command(ledger: Path, as_json: bool, tasks_of: str | None) -> int:
         gc.enable()
     states = job_array_states(last.get("job")) if submitted else None
     facts = tally.facts(head, str(ledger), array_workers=len(over.leases),
-                        array_active=_any_active(states))
+                        array_active=any_active(states))
     if sub is not None:
         facts["submission"] = sub.facts(over.leases, states)
     facts["clock_skew"] = skewed(over.leases)
@@ -137,28 +140,6 @@ def summarize(doc: dict[str, Any], path: str, now: float, array_workers: int = 0
     tally = Tally(doc["runs"], now)
     tally.add(doc["tasks"])
     return tally.facts(doc, path, array_workers=array_workers, array_active=array_active)
-
-
-def job_array_states(job: str | None) -> dict[str, str] | None:
-    """The Slurm state of every element of a job array (one ``squeue`` call), or None when
-    Slurm cannot be asked from here (no Slurm commands, slurmctld not answering)."""
-    if not job:
-        return None
-    from schedulers.slurm import SlurmCommandError, job_states
-
-    try:
-        states = job_states(job)
-    except (SlurmCommandError, OSError):
-        return None
-    return {k: v for k, v in states.items() if "_" in k}  # "132_4", or pending "132_[5-9]"
-
-
-def _any_active(states: dict[str, str] | None) -> bool:
-    if not states:
-        return False
-    from schedulers.slurm import ACTIVE_STATES
-
-    return any(state in ACTIVE_STATES for state in states.values())
 
 
 def render(f: dict[str, Any]) -> str:

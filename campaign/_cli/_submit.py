@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
+from .._format import plural
 from .._shell import command
 from ._exits import EXIT_FAILED, EXIT_OK, BadInput
-from ._format import plural
 from ._inputs import read_items
 from ._options import verbose_option, with_errors
 from ._spec import resolve

@@ -10,8 +10,8 @@ from typing import Any
 import click
 import orjson
 
+from .._format import duration
 from ._exits import EXIT_FAILED, EXIT_OK
-from ._format import duration
 
 
 def replaced_backups(ledger: Path) -> set[Path]:

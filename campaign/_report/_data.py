@@ -116,7 +116,7 @@ def _array_active(head: dict[str, Any]) -> bool:
         return False
     from schedulers.slurm import ACTIVE_STATES
 
-    from .._cli._status import job_array_states
+    from .._jobs import job_array_states
 
     states = job_array_states(last.get("job"))
     return states is not None and any(state in ACTIVE_STATES for state in states.values())

@@ -94,13 +94,13 @@ def _table(head: list[str], rows: list[list[Any]], numeric: Collection[int] = ()
 
 
 def _seconds(s: float | None) -> str:
-    from .._cli._common import duration
+    from .._format import duration
 
     return duration(s)
 
 
 def _when(t: float | None) -> str:
-    from .._cli._common import timestamp
+    from .._format import timestamp
 
     return timestamp(t)
 
@@ -110,7 +110,7 @@ def _status_label(code: int) -> str:
 
 
 def _summary(data: Data) -> str:
-    from .._cli._common import rate
+    from .._format import rate
     from .._shell import command
 
     f, a = data.facts, data.attempts

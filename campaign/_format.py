@@ -1,4 +1,4 @@
-"""How the commands write times, durations, rates and counts."""
+"""How the commands and the report write times, durations, rates and counts."""
 
 from __future__ import annotations
 
