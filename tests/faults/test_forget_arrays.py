@@ -101,7 +101,7 @@ def test_the_worker_runs_the_fixed_item_after_a_forget(tmp_path, marks):
 
     proc = campaign("forget", "ledger.json", "--status", "failed", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "forgot 1 task" in proc.stdout
+    assert "forgot 1 task" in proc.stderr
 
     assert run_array(tmp_path, items_for(marks, 4, t02={"x": 20})) == ["t02"]  # fixed
     rec = read_ledger(ledger)["tasks"]["t02"]
