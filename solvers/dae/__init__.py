@@ -1,6 +1,8 @@
 """Index-1 DAEs ``F(t, y, y', args) = 0``: `pdesolve` with `JIDA` (IDA-style BDF), `SaveAt`,
-`DAEProblem`, and the three-particle model of the examples."""
+`DAEProblem`, `Roots` (root functions), and the three-particle model of the examples."""
 
+from ._jacobian import check_jacobian as check_jacobian
+from ._jacobian import jacobian_entries as jacobian_entries
 from ._jida import JIDA as JIDA
 from ._particles import (
     PARTICLES as PARTICLES,
@@ -22,6 +24,7 @@ from ._particles import (
 )
 from ._pdesolve import pdesolve as pdesolve
 from ._problem import DAEProblem as DAEProblem
+from ._roots import Roots as Roots
 from ._solution import SaveAt as SaveAt
 from ._solution import Solution as Solution
 from ._solution import Status as Status

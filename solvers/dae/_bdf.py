@@ -22,8 +22,8 @@ from ._jida import violated
 from ._newton import wrms
 
 __all__ = ["Completed", "ErrorTest", "Failed", "Predicted", "coefficients", "combine",
-           "complete_step", "enforce_constraints", "handle_failure", "interpolate", "pick",
-           "predict", "test_error"]
+           "complete_step", "enforce_constraints", "handle_failure", "interpolate",
+           "interpolate_both", "pick", "predict", "test_error"]
 
 sg = jax.lax.stop_gradient
 
@@ -83,6 +83,25 @@ def interpolate(K: int, t, tn, psi, phi, kord):
         gam = jnp.where(active, (delt + psi[j - 1]) / psi[jnp.minimum(j, K)], gam)
     coef = coef + [jnp.zeros_like(delt)]
     return combine(coef, phi)
+
+
+def interpolate_both(K: int, t, tn, psi, phi, kord):
+    """IDAGetSolution with its derivative: ``(y(t), y'(t))`` from the BDF polynomial of the
+    last step (IDA's ``cvals`` and ``dvals``), for the root functions."""
+    delt = t - tn
+    c = jnp.ones_like(delt)
+    d = jnp.zeros_like(delt)
+    gam = delt / psi[0]
+    cs, ds = [c], [d]
+    for j in range(1, K + 1):
+        active = j <= kord
+        d = jnp.where(active, d * gam + c / psi[j - 1], 0.0)
+        c = jnp.where(active, c * gam, 0.0)
+        gam = jnp.where(active, (delt + psi[j - 1]) / psi[j], gam)
+        cs.append(c)
+        ds.append(d)
+    zero = jnp.zeros_like(delt)
+    return combine(cs + [zero], phi), combine([zero] + ds[1:] + [zero], phi)
 
 
 def enforce_constraints(constraints: Sequence[int], ee, y, y_last, ewt, tol):

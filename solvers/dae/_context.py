@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..linear import CuDSS, LinearSolver, linear_solver
+from ._jacobian import user_values
 from ._jida import JIDA
 from ._problem import DAEProblem
 
@@ -48,7 +49,16 @@ class Context:
 
     def matrix_values(self, t: jax.Array, y: jax.Array, yp: jax.Array, args: Any,
                       cy: Any, cyp: Any) -> jax.Array:
-        """Entries (pattern order) of ``dF/dy diag(cy) + dF/dy' diag(cyp)`` at ``(t, y, y')``.
+        """Entries (pattern order) of ``dF/dy diag(cy) + dF/dy' diag(cyp)`` at ``(t, y, y')``:
+        from the problem's ``jacobian`` when it has one (`solvers.dae._jacobian`), else
+        `ad_values`."""
+        if self.problem.jacobian is not None:
+            return user_values(self.problem, t, y, yp, args, cy, cyp)
+        return self.ad_values(t, y, yp, args, cy, cyp)
+
+    def ad_values(self, t: jax.Array, y: jax.Array, yp: jax.Array, args: Any,
+                  cy: Any, cyp: Any) -> jax.Array:
+        """`matrix_values` by forward-mode differentiation of the residual.
 
         One directional derivative per colour (vmapped): the columns of a colour share no row, so
         each row of a compressed product holds one entry.

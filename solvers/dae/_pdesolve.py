@@ -9,7 +9,10 @@ factor as the state). Because the tangent is a matrix product it is linear and t
 sensitivity direction per scalar input differentiated: cheap for parameters, ``n`` directions for
 ``y0`` (there is no adjoint solve). The sensitivities of the save times a failed solve did not
 reach (all of them when it failed at ``t0``) are NaN: a failed solve never differentiates to
-zeros.
+zeros. After a terminal root (``Status.ROOT``, not a failure) the rows after it are NaN in
+forward mode by a select, which reverse mode drops, so gradients of the rows before the root
+stay finite. Root times (``Solution.root_ts``) are differentiated by the implicit function
+theorem (`solvers.dae._roots`), in the same pass.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from ._context import Context, context
+from ._jacobian import admit as admit_jacobian
 from ._jida import JIDA, violated
 from ._problem import DAEProblem
+from ._roots import Roots
 from ._solution import STAT_NAMES, SaveAt, Solution, Status
 from ._stepper import integrate
 
@@ -40,13 +45,13 @@ def _zero_tangent(x: Any) -> Any:
     return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _solve(ctx: Context, args: Any, y0: jax.Array, yp0: Any, t0: jax.Array, t1: jax.Array,
-           ts: jax.Array, tout1: jax.Array) -> Any:
-    return integrate(ctx, args, y0, yp0, t0, t1, ts, tout1)
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _solve(ctx: Context, roots: Roots | None, args: Any, y0: jax.Array, yp0: Any, t0: jax.Array,
+           t1: jax.Array, ts: jax.Array, tout1: jax.Array) -> Any:
+    return integrate(ctx, args, y0, yp0, t0, t1, ts, tout1, roots)
 
 
-def _solve_jvp(ctx, primals, tangents):
+def _solve_jvp(ctx, roots, primals, tangents):
     args, y0, yp0, t0, t1, ts, tout1 = primals
     leaves, treedef = jax.tree.flatten((args, y0, yp0))
     dleaves = jax.tree.leaves(tangents[:3], is_leaf=lambda x: isinstance(x, SymbolicZero))
@@ -54,10 +59,11 @@ def _solve_jvp(ctx, primals, tangents):
                    if not isinstance(d, SymbolicZero)
                    and jnp.issubdtype(jnp.result_type(x), jnp.inexact))
     if not chosen:
-        out = _solve(ctx, *primals)
+        out = _solve(ctx, roots, *primals)
         return out, jax.tree.map(_zero_tangent, out)
-    jac, out = _sensitivities(ctx, treedef, chosen, leaves, t0, t1, ts, tout1)
-    ys = out[0]
+    (jac, jac_roots), out = _sensitivities(ctx, roots, treedef, chosen, leaves, t0, t1, ts,
+                                           tout1)
+    ys, root_ts = out[0], out[3]
     # NaN sensitivities where the solve failed: a factor, so that the tangent stays linear (its
     # transpose, reverse mode, carries the NaN) and second derivatives are NaN there too.
     nan_rows = jnp.where(_unreached(ys, out[2]), jnp.nan, 1.0)
@@ -66,37 +72,55 @@ def _solve_jvp(ctx, primals, tangents):
         d = jnp.asarray(dleaves[i], ys.dtype)
         sens = jac[j] * nan_rows.reshape((-1,) + (1,) * (jac[j].ndim - 1))
         dys = dys + jnp.tensordot(sens, d, axes=d.ndim)
+    # After a terminal root (not a failure) the rows not reached have NaN tangents in forward
+    # mode, by a select: its transpose drops their cotangents, so reverse mode gives the
+    # derivatives of the rows before the root (a quantity that reads a later row is NaN itself).
+    dys = jnp.where(_after_root(ys, out[2])[:, None], jnp.nan, dys)
+    # The root times' derivatives (implicit function theorem, `solvers.dae._roots`); NaN, by
+    # the same select, for the padding.
+    droots = jnp.zeros_like(root_ts)
+    for j, i in enumerate(chosen):
+        d = jnp.asarray(dleaves[i], root_ts.dtype)
+        droots = droots + jnp.tensordot(jac_roots[j], d, axes=d.ndim)
+    droots = jnp.where(jnp.isnan(root_ts), jnp.nan, droots)
     tangent = jax.tree.map(_zero_tangent, out)
-    return out, (dys,) + tuple(tangent[1:])
+    return out, (dys, tangent[1], tangent[2], droots, tangent[4])
 
 
 def _unreached(ys: jax.Array, code: jax.Array) -> jax.Array:
     """The save times whose derivatives are NaN: of a failed solve, those it did not reach (their
     states are NaN) and, when the initialization failed or ``F(t0)`` was not finite, all."""
-    failed = code != Status.SUCCESS.code
+    failed = (code != Status.SUCCESS.code) & (code != Status.ROOT.code)
     at_start = (code == Status.INITIALIZATION.code) | (code == Status.NONFINITE.code)
     return failed & (at_start | jnp.any(jnp.isnan(ys), axis=1))
 
 
-@partial(jax.jit, static_argnums=(0, 1, 2))
-def _sensitivities(ctx: Context, treedef: Any, chosen: tuple[int, ...], leaves: list[Any],
-                   t0: jax.Array, t1: jax.Array, ts: jax.Array, tout1: jax.Array) -> Any:
-    """The solve and ``d ys / d leaves[i]`` for ``i`` in ``chosen``, in one pass (jitted, so a
-    model that solves twice with the same shapes, as a fit does, is traced once)."""
+def _after_root(ys: jax.Array, code: jax.Array) -> jax.Array:
+    """The save times after a terminal root (their states are NaN)."""
+    return (code == Status.ROOT.code) & jnp.any(jnp.isnan(ys), axis=1)
+
+
+@partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _sensitivities(ctx: Context, roots: Roots | None, treedef: Any, chosen: tuple[int, ...],
+                   leaves: list[Any], t0: jax.Array, t1: jax.Array, ts: jax.Array,
+                   tout1: jax.Array) -> Any:
+    """The solve, and ``d ys / d leaves[i]`` and ``d root_ts / d leaves[i]`` for ``i`` in
+    ``chosen``, in one pass (jitted, so a model that solves twice with the same shapes, as a fit
+    does, is traced once)."""
     def run(*selected):
         full = list(leaves)
         for i, x in zip(chosen, selected):
             full[i] = x
         a, y, yp = jax.tree.unflatten(treedef, full)
-        out = integrate(ctx, a, y, yp, t0, t1, ts, tout1)
-        return out[0], out
+        out = integrate(ctx, a, y, yp, t0, t1, ts, tout1, roots)
+        return (out[0], out[3]), out
 
     return jax.jacfwd(run, argnums=tuple(range(len(chosen))), has_aux=True)(
         *(leaves[i] for i in chosen))
 
 
 _solve.defjvp(_solve_jvp, symbolic_zeros=True)
-_compiled = jax.jit(_solve, static_argnums=(0,))
+_compiled = jax.jit(_solve, static_argnums=(0, 1))
 
 
 def _concrete(x: Any) -> np.ndarray | None:
@@ -147,12 +171,13 @@ def _first_output(first_output: Any, t0: jax.Array, t1: jax.Array, ts: jax.Array
     return tout1
 
 
-def _run(problem: DAEProblem, solver: JIDA, args: Any, *operands: Any) -> Any:
+def _run(problem: DAEProblem, solver: JIDA, roots: Roots | None, args: Any,
+         *operands: Any) -> Any:
     """The compiled solve with ``args``, else the problem's own; a residual that fails for
     want of parameters says where to give them."""
     given = problem.args if args is None else args
     try:
-        return _compiled(context(problem, solver), given, *operands)
+        return _compiled(context(problem, solver), roots, given, *operands)
     except TypeError as err:
         if given is not None or "NoneType" not in str(err):
             raise
@@ -164,7 +189,7 @@ def _run(problem: DAEProblem, solver: JIDA, args: Any, *operands: Any) -> Any:
 
 def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0: Any,
              yp0: Any = None, *, saveat: SaveAt | None = None, args: Any = None,
-             first_output: Any = None) -> Solution:
+             first_output: Any = None, roots: Roots | None = None) -> Solution:
     """Solve the index-1 DAE ``F(t, y, y', args) = 0`` from ``t0`` to ``t1``.
 
     Arguments:
@@ -181,6 +206,9 @@ def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0
         first_output: IDA's ``tout1``, the time that sizes the initialization's step
             (``IDACalcIC``) and the first step: ``0.001 (first_output - t0)``, cut by
             ``|y'0|``; default the first save time after ``t0`` (``t1`` if none is).
+        roots: `Roots(g, direction=, terminal=, max_roots=)`: root functions located after
+            each step (IDA's ``IDARootInit``); their times are ``Solution.root_ts``, and a
+            terminal one ends the solve there with ``Status.ROOT``.
 
     Returns:
         A `Solution`: ``ts``, ``ys`` (``(len(ts), n)``), ``stats`` and ``status``. A failed solve
@@ -238,11 +266,17 @@ def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0
         if c0 is not None and c1 is not None and (cts[0] < c0 or cts[-1] > c1):
             raise ValueError(f"SaveAt(ts=...) spans [{cts[0]!r}, {cts[-1]!r}], outside the "
                              f"span [{float(c0)!r}, {float(c1)!r}]; save inside [t0, t1]")
+    if roots is not None and not isinstance(roots, Roots):
+        raise TypeError(f"roots must be Roots(g, direction=None, terminal=False), got {roots!r}")
     tout1 = _first_output(first_output, t0, t1, ts, (c0, c1, cts), dtype)
-    ys, stats, code = _run(problem, solver, args, y0, yp0, t0, t1, ts, tout1)
-    sol = Solution(ts=ts, ys=ys, stats=dict(zip(STAT_NAMES, stats)), code=code)
+    admit_jacobian(problem, problem.args if args is None else args, t0, y0, yp0, solver)
+    ys, stats, code, root_ts, root_index = _run(problem, solver, roots, args, y0, yp0, t0, t1,
+                                                ts, tout1)
+    sol = Solution(ts=ts, ys=ys, stats=dict(zip(STAT_NAMES, stats)), code=code, root_ts=root_ts,
+                   root_index=root_index)
     concrete = _concrete(code)
-    if concrete is not None and concrete.ndim == 0 and int(concrete) != Status.SUCCESS.code:
+    if concrete is not None and concrete.ndim == 0 and \
+            int(concrete) not in (Status.SUCCESS.code, Status.ROOT.code):
         status = Status.of(int(concrete))
         logger.warning("pdesolve of %r ended with %s: %s", problem, status.name.lower(),
                        status.message)

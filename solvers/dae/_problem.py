@@ -48,6 +48,21 @@ class DAEProblem:
         layout: a `solvers.Layout` when the problem was built for a mesh (`spec.build(layout=)`);
             ``None`` for one device.
         name: a label for logs.
+        jacobian: ``None`` (default: the iteration matrix comes from the residual by coloured
+            forward-mode differentiation over the pattern), or ``J(t, y, yp, c, args)`` returning
+            the iteration matrix ``dF/dy + c dF/dy'`` (IDA's ``IDASetJacFn``), traceable by JAX,
+            as either the values of the pattern's entries in the pattern's order, shape
+            ``(nnz,)``: by column, then row, with the diagonal added (their ``(rows, cols)`` are
+            `solvers.dae.jacobian_entries(problem)`, i.e. ``problem.pattern.rows``, ``.cols``);
+            or a dense ``(n, n)`` array, whose entries outside the pattern are dropped. Another
+            shape is refused by `pdesolve` before anything compiles. ``J`` is called with values
+            held out of differentiation (derivatives of a solve come from the residual).
+        check_jacobian: with a ``jacobian``, compare it once (the first `pdesolve` with concrete
+            inputs) with the differentiated matrix at the initial state ``(t0, y0, yp0)``
+            (``yp0`` zeros when not given) at ``c = 0`` and ``c = 1``, and raise a ValueError
+            naming the worst entry (row, col, J's value, AD's value) when one differs by more
+            than ``rtol max(|AD|, 1e-8 max |AD|)``: ``rtol`` 1e-6 for ``True``, or the number
+            given. A debugging aid: it costs one compile and one evaluation of each.
 
     Equal problems are the same object: build a problem once and reuse it, so compiled solves
     are reused (`pdesolve` compiles once per problem, solver and output shape).
@@ -60,11 +75,24 @@ class DAEProblem:
     n: int | None = None
     layout: Any = None
     name: str = ""
+    jacobian: Callable[..., Any] | None = None
+    check_jacobian: bool | float = False
 
     def __post_init__(self) -> None:
         if not callable(self.residual):
             raise TypeError(f"DAEProblem residual must be callable residual(t, y, yp, args), got "
                             f"{type(self.residual).__name__}")
+        if self.jacobian is not None and not callable(self.jacobian):
+            raise TypeError(f"DAEProblem jacobian must be None or callable J(t, y, yp, c, args) "
+                            f"returning dF/dy + c dF/dyp, got {type(self.jacobian).__name__}")
+        check = self.check_jacobian
+        if not (isinstance(check, bool) or (isinstance(check, (int, float)) and check > 0)):
+            raise ValueError(f"DAEProblem check_jacobian takes True, False or a relative "
+                             f"tolerance > 0, got {check!r}")
+        if check and self.jacobian is None:
+            raise ValueError("DAEProblem(check_jacobian=...) checks a user jacobian: pass "
+                             "jacobian=J(t, y, yp, c, args) too (without one the matrix is "
+                             "differentiated and needs no check)")
         pattern = _as_pattern(self.pattern, self.n)
         if self.n is not None and int(self.n) != pattern.n:
             raise ValueError(f"DAEProblem n={self.n!r} but the pattern is {pattern.n} x "
@@ -94,5 +122,6 @@ class DAEProblem:
 
     def __repr__(self) -> str:
         label = f"{self.name!r}, " if self.name else ""
+        user = ", jacobian=user" if self.jacobian is not None else ""
         return (f"DAEProblem({label}n={self.n}, nnz={self.pattern.nnz}, "
-                f"algebraic={int(self.algebraic.sum())})")
+                f"algebraic={int(self.algebraic.sum())}{user})")

@@ -26,7 +26,8 @@ class SaveAt:
 
 
 class Status(CodedStatus):
-    """How a solve ended; ``success`` for the first only."""
+    """How a solve ended; `Solution.success` for ``SUCCESS`` and ``ROOT`` (both ended where
+    asked), the others are failures."""
 
     SUCCESS = (0, "reached t1")
     MAX_STEPS = (1, "max_steps steps were taken before t1")
@@ -42,6 +43,8 @@ class Status(CodedStatus):
     CONSTRAINTS = (7, "the constraints could not be met: max_convergence_failures steps in a row "
                       "violated them by more than a small correction (IDA's IDA_CONSTR_FAIL); "
                       "check the constraint codes, or tighten rtol/atol")
+    ROOT = (8, "stopped at a terminal root of roots= (IDA's IDA_ROOT_RETURN): root_ts holds its "
+               "time; the save times after it were not reached (NaN)")
 
 
 #: The statistics every solve reports, in this order.
@@ -57,13 +60,18 @@ class Solution:
 
     Attributes:
         ts: the save times ``(m,)``.
-        ys: the states at ``ts``, ``(m, n)``; rows after a failure are NaN.
+        ys: the states at ``ts``, ``(m, n)``; rows after a failure, or after a terminal root,
+            are NaN.
         stats: counts (int arrays): ``steps`` accepted, ``rejected_steps`` (error test and
             convergence failures), ``newton_iterations``, ``factorizations`` (each one a
             Jacobian evaluation; ``pivoting_factorizations`` of them with fresh pivots, the rest
             refactorizations on the same pattern), ``solves`` (linear solves of the corrector),
             ``residual_evaluations``, ``initialization_iterations``.
         code: the `Status` code (an int array); ``status`` gives the `Status` itself.
+        root_ts: the times of the roots of ``pdesolve(roots=Roots(...))``, in the order found,
+            ``(max_roots,)`` padded with NaN; ``(0,)`` without ``roots``.
+        root_index: the component of ``g`` of each root (int32), padded with -1; ``(0,)``
+            without ``roots``.
 
     A `Solution` is a pytree, so it can be returned from ``jit`` and ``vmap``ped.
     """
@@ -72,6 +80,8 @@ class Solution:
     ys: jax.Array
     stats: dict[str, jax.Array]
     code: jax.Array
+    root_ts: jax.Array
+    root_index: jax.Array
 
     @property
     def status(self) -> Status:
@@ -80,7 +90,8 @@ class Solution:
 
     @property
     def success(self) -> bool:
-        return self.status is Status.SUCCESS
+        """Reached ``t1``, or stopped at a terminal root (``ROOT``)."""
+        return self.status in (Status.SUCCESS, Status.ROOT)
 
     @property
     def message(self) -> str:

@@ -36,6 +36,7 @@ from ._context import Context
 from ._initialize import Initialized, initialize
 from ._jida import JIDA
 from ._newton import correct, wrms
+from ._roots import Found, Roots, RootState, check_step, start
 from ._solution import STAT_NAMES, Status
 
 __all__ = ["integrate"]
@@ -81,6 +82,7 @@ class _State(NamedTuple):
     save: jax.Array
     ys: jax.Array
     code: jax.Array
+    roots: RootState | None   # None without root functions
 
 
 class _Solved(NamedTuple):
@@ -136,8 +138,9 @@ def _nonlinear_solve(ctx: Context, args: Any, constraints: Sequence[int] | None,
                    eta_c, bound)
 
 
-def _save(K: int, ts: jax.Array, ok, p: Predicted, phi_new: tuple, k, save, ys):
-    """Interpolate the states at the ``ts`` a successful step covered (``IDAGetSolution``)."""
+def _save(K: int, ts: jax.Array, ok, p: Predicted, phi_new: tuple, k, save, ys, upto):
+    """Interpolate the states at the ``ts`` up to ``upto`` (the step's end, or a terminal root
+    in it) that a successful step covered (``IDAGetSolution``)."""
     m = ts.shape[0]
 
     def save_one(carry):
@@ -148,7 +151,7 @@ def _save(K: int, ts: jax.Array, ok, p: Predicted, phi_new: tuple, k, save, ys):
 
     def saving(carry):
         i, _ = carry
-        return ok & (i < m) & (ts[jnp.minimum(i, m - 1)] <= p.t_new)
+        return ok & (i < m) & (ts[jnp.minimum(i, m - 1)] <= upto)
 
     return jax.lax.while_loop(saving, save_one, (save, ys))
 
@@ -183,6 +186,7 @@ class _Run(NamedTuple):
     args: Any
     t1: jax.Array
     ts: jax.Array           # the save times
+    roots: Roots | None
     atol: jax.Array         # a scalar or one per unknown
     emask: Any              # 0 on algebraic unknowns left out of the error test, else 1
     constraints: Sequence[int] | None
@@ -233,7 +237,7 @@ def _initial_step(s: JIDA, tdist: jax.Array, span: jax.Array, yp0: jax.Array, ew
 
 
 def _first_state(ctx: Context, args: Any, ic: Initialized, t0: jax.Array, h: jax.Array,
-                 ts: jax.Array) -> _State:
+                 ts: jax.Array, roots: Roots | None = None) -> _State:
     """The state before the first attempt (IDASolve's start): the history ``phi = (y0, h y'0,
     0, ...)`` at order 1, the states at the save times up to ``t0``, the initialization's
     counts, and a failure code when the initialization failed or ``F(t0)`` is not finite."""
@@ -256,7 +260,8 @@ def _first_state(ctx: Context, args: Any, ic: Initialized, t0: jax.Array, h: jax
                   ns=zero, phase=zero, psi=psi, phi=phi, cj=1.0 / h, cjold=1.0 / h,
                   ss=jnp.asarray(20.0, dtype), numeric=ic.numeric, setup=jnp.asarray(True),
                   pivot=jnp.asarray(True), ncf=zero, nef=zero, stats=stats0,
-                  save=jnp.sum(early).astype(jnp.int32), ys=ys, code=code0)
+                  save=jnp.sum(early).astype(jnp.int32), ys=ys, code=code0,
+                  roots=None if roots is None else start(roots, t0, y0, yp0, args))
 
 
 def _return_flag(s: JIDA, ok, last, nst, nl: _Solved, f: Failed, err_fail, nls_fail,
@@ -271,6 +276,11 @@ def _return_flag(s: JIDA, ok, last, nst, nl: _Solved, f: Failed, err_fail, nls_f
         [Status.SUCCESS.code, Status.MAX_STEPS.code, Status.CONVERGENCE.code,
          Status.CONSTRAINTS.code, Status.ERROR_TEST.code, Status.STEP_TOO_SMALL.code],
         -1).astype(jnp.int32)
+
+
+def _no_root(rs: RootState, t: jax.Array) -> Found:
+    """What `check_step` returns when nothing is checked (a rejected attempt)."""
+    return Found(rs, jnp.asarray(False), t)
 
 
 def _attempt(run: _Run, st: _State) -> _State:
@@ -292,10 +302,20 @@ def _attempt(run: _Run, st: _State) -> _State:
     nls_fail = nl.conv_fail | nl.cfail   # a constraint failure counts as one, as in IDA
     f = handle_failure(p, e, nls_fail, err_fail, nl.cfail, nl.eta_c, k, st.ncf, st.nef,
                        st.psi, st.phi, st.stats.steps == 0)
-    save, ys = _save(K, run.ts, ok, p, done.phi_new, k, st.save, st.ys)
+    rs, upto, root_stop = st.roots, p.t_new, jnp.asarray(False)
+    roots = run.roots
+    if roots is not None and rs is not None:
+        before = rs
+        found = jax.lax.cond(
+            ok, lambda: check_step(roots, K, before, run.args, p.t_new, p.h, p.psi_new,
+                                   done.phi_new, k, run.eps),
+            lambda: _no_root(before, p.t_new))
+        rs, upto, root_stop = found.state, found.t_root, found.terminal
+    save, ys = _save(K, run.ts, ok, p, done.phi_new, k, st.save, st.ys, upto)
     # Below rounding level of t itself (not of t1: a long span must not floor the first steps)
     tiny_h = f.h_fail <= 10.0 * run.eps * jnp.abs(st.t) + jnp.finfo(st.t.dtype).tiny
     code = _return_flag(s, ok, p.last, nst, nl, f, err_fail, nls_fail, tiny_h)
+    code = jnp.where(root_stop, Status.ROOT.code, code).astype(jnp.int32)
 
     def pick3(a, b, c):  # success, retry, failure
         return jnp.where(ok, a, jnp.where(nl.retry, b, c))
@@ -315,26 +335,29 @@ def _attempt(run: _Run, st: _State) -> _State:
         pivot=jnp.where(nl.call, nl.conv_fail, st.pivot | nl.conv_fail),
         ncf=jnp.where(ok, 0, f.ncf), nef=jnp.where(ok, 0, f.nef),
         stats=_count(st.stats, ok, nls_fail, err_fail, nl, st.pivot), save=save, ys=ys,
-        code=code)
+        code=code, roots=rs)
 
 
 def integrate(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0: jax.Array,
-              t1: jax.Array, ts: jax.Array, tout1: jax.Array
-              ) -> tuple[jax.Array, _Stats, jax.Array]:
-    """Solve from ``t0`` to ``t1``; returns the states at ``ts``, the statistics and the status
-    code. ``tout1`` (IDA's first output time) sizes the initialization's step and the first
-    step. Traceable; differentiable (forward mode) in ``args``, ``y0`` and ``yp0``."""
+              t1: jax.Array, ts: jax.Array, tout1: jax.Array, roots: Roots | None = None
+              ) -> tuple[jax.Array, _Stats, jax.Array, jax.Array, jax.Array]:
+    """Solve from ``t0`` to ``t1``; returns the states at ``ts``, the statistics, the status
+    code, and the root times and components (``(max_roots,)``, NaN and -1 padded; ``(0,)``
+    without ``roots``). ``tout1`` (IDA's first output time) sizes the initialization's step and
+    the first step. Traceable; differentiable (forward mode) in ``args``, ``y0`` and ``yp0``."""
     s = ctx.solver
     dtype = y0.dtype
     t0, t1, ts, tout1 = sg(t0), sg(t1), sg(ts), sg(tout1)
     alg = jnp.asarray(ctx.algebraic)
     emask = jnp.where(alg, 0.0, 1.0).astype(dtype) if s.suppress_algebraic else 1.0
     constraints = s.constraints if s.constraints is not None and any(s.constraints) else None
-    run = _Run(ctx, args, t1, ts, jnp.asarray(s.atol, dtype), emask, constraints,
+    run = _Run(ctx, args, t1, ts, roots, jnp.asarray(s.atol, dtype), emask, constraints,
                (1.0 - s.dcj) / (1.0 + s.dcj), jnp.finfo(dtype).eps)
     ic = _calc_ic(ctx, args, y0, yp0, t0, tout1, run)
     h = _initial_step(s, tout1 - t0, t1 - t0, ic.yp, run.weights(ic.y), emask, dtype)
-    state = _first_state(ctx, args, ic, t0, h, ts)
+    state = _first_state(ctx, args, ic, t0, h, ts, roots)
     final = jax.lax.while_loop(lambda st: st.code < 0, partial(_attempt, run), state)
     ys = ctx.backend.release(ctx.symbolic, final.numeric, final.ys)
-    return ys, final.stats, final.code
+    if final.roots is None:
+        return ys, final.stats, final.code, jnp.zeros((0,), dtype), jnp.zeros((0,), jnp.int32)
+    return ys, final.stats, final.code, final.roots.root_ts, final.roots.root_index

@@ -8,7 +8,8 @@ c8dabcea90ca8bf195474da120e4f3dd39aa711f): idaRoberts_dns.c / .out and idaHeat2D
 - idaRoberts_dns: Robertson's kinetics, ``y1' = -0.04 y1 + 1e4 y2 y3``,
   ``y2' = 0.04 y1 - 1e4 y2 y3 - 3e7 y2^2``, ``0 = y1 + y2 + y3 - 1``; y0 = (1, 0, 0),
   y'0 = (-0.04, 0.04, 0) given (no IDACalcIC), rtol = 1e-4, atol = (1e-8, 1e-6, 1e-6)
-  (IDASVtolerances), dense linear solver, output at t = 0.4 * 10^k.
+  (IDASVtolerances), dense linear solver, output at t = 0.4 * 10^k; root functions
+  ``grob``: ``g = (y1 - 1e-4, y3 - 0.01)`` (IDARootInit), whose returns IDA prints too.
 - idaHeat2D_klu: the heat equation ``u_t = u_xx + u_yy`` on the unit square, central differences
   on a 10 x 10 grid (100 unknowns), boundary values algebraic (u = 0), u0 = 16 x (1-x) y (1-y),
   u'0 from the interior equations; rtol = 0, atol = 1e-8, constraints u >= 0 everywhere
@@ -26,6 +27,7 @@ c8dabcea90ca8bf195474da120e4f3dd39aa711f): idaRoberts_dns.c / .out and idaHeat2D
 from __future__ import annotations
 
 import functools
+import itertools
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -68,6 +70,20 @@ def roberts_output() -> list[tuple[float, float, float, float, int, int, float]]
             except ValueError:
                 continue
     return rows
+
+
+def roberts_roots() -> list[tuple[float, float, float, float, int, tuple[int, ...]]]:
+    """IDA's printed root returns (the rows followed by ``rootsfound[] = ...``): (t, y1, y2, y3,
+    nst, rootsfound), rootsfound one entry per component of ``grob``'s ``g = (y1 - 1e-4,
+    y3 - 0.01)``: +1 rising, -1 falling, 0 no root."""
+    lines = (DATA / "idaRoberts_dns.out").read_text().splitlines()
+    found = []
+    for line, after in itertools.pairwise(lines):
+        if after.split()[:1] == ["rootsfound[]"]:
+            t, y1, y2, y3, nst = line.replace("|", " ").split()[:5]
+            signs = tuple(int(v) for v in after.split()[2:])
+            found.append((float(t), float(y1), float(y2), float(y3), int(nst), signs))
+    return found
 
 
 # --- idaHeat2D_klu ---------------------------------------------------------------------------

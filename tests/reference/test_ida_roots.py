@@ -1,0 +1,190 @@
+"""`pdesolve(roots=Roots(...))` against SUNDIALS IDA's rootfinding in idaRoberts_dns.
+
+idaRoberts_dns (see ida_examples.py) calls IDARootInit with ``grob``, ``g = (y1 - 1e-4,
+y3 - 0.01)``, and prints two root returns (data/ida/idaRoberts_dns.out): y3 - 0.01 rising at
+t = 2.6402e-01 (found in step 27) and y1 - 1e-4 falling at t = 2.0788e+07.
+
+- The first root, its printed state and its step agree with IDA's to the printed digits.
+- The second root lies past 4e5, where JIDA's solution and IDA's differ in the fourth digit
+  (y1 at 4e6: 5.1693e-04 against IDA's 5.1674e-04, see test_ida_examples.py); as y1 falls like
+  1 / t there, the root moves by the same relative amount: 2.0801e+07, 6e-4 from IDA's. Its
+  printed state (y1 = 1e-4 by construction, and y2, y3) equals IDA's digit for digit.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from ida_examples import (
+    FSA_P,
+    FSA_Y0,
+    ROBERTS_ATOL,
+    ROBERTS_RTOL,
+    ROBERTS_Y0,
+    ROBERTS_YP0,
+    fsa_problem,
+    roberts_problem,
+    roberts_roots,
+)
+
+import solvers as ds
+from solvers.dae import JIDA, Roots, SaveAt, Status, pdesolve
+
+jax.config.update("jax_enable_x64", True)
+
+TS = 0.4 * 10.0 ** np.arange(12)     # IDA's outputs, 0.4 ... 4e10
+SOLVER = JIDA(linear="dense", rtol=ROBERTS_RTOL, atol=np.array(ROBERTS_ATOL), initialize=False)
+
+
+def grob(t, y, yp, args):
+    """``grob`` of idaRoberts_dns.c."""
+    return jnp.stack([y[0] - 1.0e-4, y[2] - 0.01])
+
+
+def _roberts(roots=None, ts=TS, solver=SOLVER):
+    return pdesolve(roberts_problem(), solver, (0.0, 4e10), ROBERTS_Y0, ROBERTS_YP0,
+                    saveat=SaveAt(ts=ts), roots=roots)
+
+
+def _state_at(t):
+    """JIDA's state at ``t`` (the same steps: a save time does not change them)."""
+    return np.asarray(_roberts(ts=np.array([t])).ys[0])
+
+
+def test_the_printed_roots_are_idas():
+    (t_a, *y_a, nst_a, found_a), (t_b, *y_b, _, found_b) = roberts_roots()
+    assert (t_a, found_a, t_b, found_b) == (2.6402e-01, (0, 1), 2.0788e07, (-1, 0))
+    sol = _roberts(Roots(grob, max_roots=4))
+    assert sol.status is Status.SUCCESS and sol.success
+    roots, index = np.asarray(sol.root_ts), np.asarray(sol.root_index)
+    assert list(index) == [1, 0, -1, -1]          # y3 - 0.01 first, then y1 - 1e-4
+    assert np.isnan(roots[2:]).all()
+    assert f"{roots[0]:.4e}" == "2.6402e-01"
+    assert abs(roots[1] / t_b - 1.0) < 1e-3       # 2.0801e+07: the solutions differ there
+    for t, y_ida in ((roots[0], y_a), (roots[1], y_b)):
+        assert [f"{v:.4e}" for v in _state_at(t)] == [f"{v:.4e}" for v in y_ida], t
+    # on the root to the rootfinding's tolerance (100 eps (|t| + |h|) in t)
+    assert abs(_state_at(roots[0])[2] - 0.01) < 1e-12
+    assert abs(_state_at(roots[1])[0] - 1e-4) < 1e-12
+    # the saved states are those of the solve without roots (rootfinding does not step)
+    assert np.array_equal(np.asarray(sol.ys), np.asarray(_roberts().ys))
+    # IDA finds the first root in its step 27: so does JIDA (not in step 26)
+    short = JIDA(linear="dense", rtol=ROBERTS_RTOL, atol=np.array(ROBERTS_ATOL),
+                 initialize=False, max_steps=nst_a)
+    assert f"{float(_roberts(Roots(grob), solver=short).root_ts[0]):.4e}" == "2.6402e-01"
+    shorter = JIDA(linear="dense", rtol=ROBERTS_RTOL, atol=np.array(ROBERTS_ATOL),
+                   initialize=False, max_steps=nst_a - 1)
+    assert np.isnan(np.asarray(_roberts(Roots(grob), solver=shorter).root_ts)).all()
+
+
+def test_a_terminal_root_ends_the_solve_there():
+    ts = np.array([0.05, 0.1, 0.2, 0.4, 4.0])
+    sol = _roberts(Roots(grob, terminal=True, max_roots=3), ts=ts)
+    assert sol.status is Status.ROOT and sol.success
+    assert f"{float(sol.root_ts[0]):.4e}" == "2.6402e-01"
+    assert list(np.asarray(sol.root_index)) == [1, -1, -1]
+    ys, free = np.asarray(sol.ys), np.asarray(_roberts(ts=ts).ys)
+    assert np.array_equal(ys[:3], free[:3])       # before the root: as without roots
+    assert np.isnan(ys[3:]).all()                 # after it: not reached
+    # terminal for y1 - 1e-4 only: goes past the first root, ends at the second
+    second = _roberts(Roots(grob, terminal=[True, False]), ts=ts)
+    assert second.status is Status.ROOT
+    assert list(np.asarray(second.root_index)[:3]) == [1, 0, -1]
+    assert np.array_equal(np.asarray(second.ys), free)
+
+
+def test_direction_selects_the_crossings():
+    def index(direction):
+        return list(np.asarray(_roberts(Roots(grob, direction=direction, max_roots=3))
+                               .root_index))
+
+    assert index([-1, 1]) == index(None) == index([0, 0]) == [1, 0, -1]
+    assert index([1, 0]) == [1, -1, -1]           # y1 - 1e-4 falls: not a rising root
+    assert index([0, -1]) == [0, -1, -1]          # y3 - 0.01 rises: not a falling root
+    assert index([1, -1]) == [-1, -1, -1]
+
+
+def test_max_roots_pads_and_truncates():
+    one = _roberts(Roots(grob, max_roots=1))
+    assert one.root_ts.shape == (1,) and list(np.asarray(one.root_index)) == [1]
+    many = _roberts(Roots(grob, max_roots=5))
+    assert many.root_ts.shape == (5,) and many.root_index.dtype == jnp.int32
+    assert np.isnan(np.asarray(many.root_ts)[2:]).all()
+    assert list(np.asarray(many.root_index)) == [1, 0, -1, -1, -1]
+    assert float(one.root_ts[0]) == float(many.root_ts[0])
+    none = _roberts()
+    assert none.root_ts.shape == (0,) and none.root_index.shape == (0,)
+
+
+def test_roots_under_jit_and_from_the_top_level_package():
+    assert ds.Roots is Roots
+    roots = Roots(grob, max_roots=2)
+
+    @jax.jit
+    def solve(y0):
+        return pdesolve(roberts_problem(), SOLVER, (0.0, 4e10), y0, ROBERTS_YP0,
+                        saveat=SaveAt(ts=TS), roots=roots)
+
+    sol = solve(jnp.asarray(ROBERTS_Y0))
+    assert int(sol.code) == Status.SUCCESS.code
+    assert np.array_equal(np.asarray(sol.root_ts), np.asarray(_roberts(roots).root_ts))
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError, match="direction"):
+        Roots(grob, direction=[2, 0])
+    with pytest.raises(ValueError, match="max_roots"):
+        Roots(grob, max_roots=0)
+    with pytest.raises(ValueError, match="one per component"):
+        _roberts(Roots(grob, direction=[1, 0, 0]))
+
+
+# --- derivatives before a terminal root -------------------------------------------------------
+
+FSA_TS = np.array([0.05, 0.1, 0.2, 0.4, 4.0, 40.0, 400.0])
+TIGHT = JIDA(linear="dense", rtol=1e-10, atol=1e-14)
+
+
+def g_fsa(t, y, yp, p):
+    return jnp.stack([y[2] - 0.01, y[0] - 0.5])
+
+
+def _fsa(p, solver=TIGHT):
+    """idasRoberts_FSA_dns's parametrized residual, consistent y'0; roots y3 = 0.01 (t = 0.264)
+    and y1 = 0.5 (t = 268, terminal)."""
+    return pdesolve(fsa_problem(), solver, (0.0, 4e10), FSA_Y0, saveat=SaveAt(ts=FSA_TS),
+                    args=p, roots=Roots(g_fsa, terminal=[False, True], max_roots=3))
+
+
+def _quantity(p):
+    sol = _fsa(p)
+    ys = sol.ys   # rows before the terminal root, and both root times
+    return ys[1, 0] + 10.0 * ys[2, 1] + ys[5, 2] + sol.root_ts[0] + 1e-3 * sol.root_ts[1]
+
+
+def test_gradients_before_a_terminal_root_match_finite_differences():
+    p = jnp.asarray(FSA_P)
+    sol = _fsa(p)
+    assert sol.status is Status.ROOT
+    assert list(np.asarray(sol.root_index)) == [0, 1, -1]
+    assert 0.2 < float(sol.root_ts[0]) < 0.4 and 40.0 < float(sol.root_ts[1]) < 400.0
+    grad = np.asarray(jax.jit(jax.grad(_quantity))(p))
+    assert np.all(np.isfinite(grad)), grad
+    fd = []
+    for i in range(3):
+        step = 2e-4 * FSA_P[i]
+        up, down = p.at[i].add(step), p.at[i].add(-step)
+        fd.append((float(_quantity(up)) - float(_quantity(down))) / (2 * step))
+    # p_i dQ / dp_i, each of order 0.1-1: the differences' noise is ~1e-8 of that
+    np.testing.assert_allclose(grad * FSA_P, np.asarray(fd) * FSA_P, rtol=1e-5, atol=1e-8)
+    # forward mode: the row after the root and the unused root slot have NaN derivatives
+    jac_ys, jac_roots = jax.jacfwd(lambda p: (_fsa(p).ys, _fsa(p).root_ts))(p)
+    jac_ys, jac_roots = np.asarray(jac_ys), np.asarray(jac_roots)
+    assert np.all(np.isfinite(jac_ys[:6])) and np.all(np.isnan(jac_ys[6:]))
+    assert np.all(np.isfinite(jac_roots[:2])) and np.all(np.isnan(jac_roots[2]))
+    total = (jac_ys[1, 0] + 10.0 * jac_ys[2, 1] + jac_ys[5, 2] + jac_roots[0]
+             + 1e-3 * jac_roots[1])
+    # (another compiled program: its steps differ at rounding level, 1e-10 of t)
+    np.testing.assert_allclose(total, grad, rtol=1e-6)
