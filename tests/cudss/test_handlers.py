@@ -162,5 +162,9 @@ def test_pdesolve_particle_model_matches_klu(fake_library, counts):
     sols = [dae.pdesolve(problem, dae.JIDA(linear=linear), (0.0, 1.0), spec.initial_state(),
                          saveat=dae.SaveAt(ts=ts), args=args) for linear in ("cudss", "klu")]
     assert all(sol.success for sol in sols)
-    np.testing.assert_allclose(sols[0].ys, sols[1].ys, rtol=1e-7, atol=1e-10)
+    # Two factorizations round differently, and a rounding can turn one step decision (here
+    # 254 steps against KLU's 270 with XLA's legacy CPU emitters, the same count with the
+    # default ones): the solutions agree to the integrator's tolerance (rtol 1e-6), not to
+    # rounding.
+    np.testing.assert_allclose(sols[0].ys, sols[1].ys, rtol=1e-5, atol=1e-8)
     assert counts()["live"] == live  # every factorization released
