@@ -127,7 +127,10 @@ def remove_stale_tmp(path: Path) -> list[Path]:
             continue
         pid_text = tmp.name.rsplit(mark, 1)[-1].split("-", 1)[0]
         if pid_text.isdigit() and not pid_alive(int(pid_text)):
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:  # another user's, in a shared (sticky) folder: not ours to remove
+                continue
             removed.append(tmp)
     return removed
 
