@@ -3,7 +3,7 @@ solvers and the implicit DAE stepper.
 
 ``import solvers as ds`` gives the names of the solver pages: ``ds.global_mesh``, ``ds.Layout``,
 ``ds.mesh_groups``, ``ds.lower``, ``ds.pdesolve``, ``ds.JIDA``, ``ds.SaveAt``, ``ds.DAEProblem``,
-``ds.Roots``,
+``ds.Roots``, ``ds.Quadrature``,
 ``ds.inference.*``, ``ds.dae.*``, ``ds.linear.*``, ``ds.distributed.*`` (several processes) and
 ``ds.lsq.*`` (linear least squares over row blocks that no process holds whole).
 Fits want float64: ``jax.config.update("jax_enable_x64", True)``. `campaign` and `schedulers`
@@ -31,6 +31,9 @@ from .dae import (
 )
 from .dae import (
     DAEProblem as DAEProblem,
+)
+from .dae import (
+    Quadrature as Quadrature,
 )
 from .dae import (
     Roots as Roots,

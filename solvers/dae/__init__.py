@@ -1,5 +1,6 @@
 """Index-1 DAEs ``F(t, y, y', args) = 0``: `pdesolve` with `JIDA` (IDA-style BDF), `SaveAt`,
-`DAEProblem`, `Roots` (root functions), and the three-particle model of the examples."""
+`DAEProblem`, `Roots` (root functions), `Quadrature` (integrals), and the three-particle model
+of the examples."""
 
 from ._jacobian import check_jacobian as check_jacobian
 from ._jacobian import jacobian_entries as jacobian_entries
@@ -24,6 +25,7 @@ from ._particles import (
 )
 from ._pdesolve import pdesolve as pdesolve
 from ._problem import DAEProblem as DAEProblem
+from ._quadrature import Quadrature as Quadrature
 from ._roots import Roots as Roots
 from ._solution import SaveAt as SaveAt
 from ._solution import Solution as Solution

@@ -23,7 +23,7 @@ from ._newton import wrms
 
 __all__ = ["Completed", "ErrorTest", "Failed", "Predicted", "coefficients", "combine",
            "complete_step", "enforce_constraints", "handle_failure", "interpolate",
-           "interpolate_both", "pick", "predict", "test_error"]
+           "interpolate_both", "new_rows", "pick", "predict", "test_error"]
 
 sg = jax.lax.stop_gradient
 
@@ -144,6 +144,9 @@ class Predicted(NamedTuple):
     order_mask: jax.Array   # rows <= k
     y_pred: jax.Array
     yp_pred: jax.Array
+    star: jax.Array         # (K + 2,): phi* = star phi, row by row
+    wy: jax.Array           # (K + 2,): y_pred = sum wy phi
+    wyp: jax.Array          # (K + 2,): yp_pred = sum wyp phi
 
 
 def predict(K: int, t, t1, h, k, hused, kused, ns, psi, phi) -> Predicted:
@@ -162,11 +165,13 @@ def predict(K: int, t, t1, h, k, hused, kused, ns, psi, phi) -> Predicted:
     phi_star = tuple(star[j] * phi[j] for j in range(K + 2))
     t_new = jnp.where(last, t1, t + h)
     order_mask = (rows <= k).astype(dtype)
-    y_pred = combine(order_mask * star, phi)
+    wy = order_mask * star
+    y_pred = combine(wy, phi)
     gfull = jnp.concatenate([gamma, jnp.zeros((1,), dtype)]) * order_mask
-    yp_pred = combine((gfull * star).at[0].set(0.0), phi)
+    wyp = (gfull * star).at[0].set(0.0)
+    yp_pred = combine(wyp, phi)
     return Predicted(h, last, t_new, ns, psi_new, sigma, cj, ck, phi_star, order_mask, y_pred,
-                     yp_pred)
+                     yp_pred, star, wy, wyp)
 
 
 class ErrorTest(NamedTuple):
@@ -181,24 +186,41 @@ class ErrorTest(NamedTuple):
     knew: jax.Array     # the order after an order reduction
     est: jax.Array      # the estimate at knew
     passed: jax.Array   # ck |ee| <= 1 (a NaN estimate fails)
+    extra: tuple        # (correction, weights) of each other history in the test
 
 
-def test_error(p: Predicted, k, ee, w) -> ErrorTest:
+def _norm(d, w, ds: Sequence, extra: Sequence):
+    """The error test's norm: the state's weighted RMS norm of ``d``, or, with other histories
+    in the test (``ds`` their rows, ``extra`` their ``(correction, weights)``), the largest of
+    the norms (IDAS's ``IDAQuadWrmsNormUpdate``, ``IDASensWrmsNormUpdate``)."""
+    out = wrms(d, w)
+    for dx, (_, wx) in zip(ds, extra):
+        out = jnp.maximum(out, wrms(dx, wx))
+    return out
+
+
+def test_error(p: Predicted, k, ee, w, extra: Sequence = ()) -> ErrorTest:
+    """``extra``: ``(correction, phi*, weights)`` of each other history in the test (a
+    quadrature's under error control), whose norms join the state's."""
     es = sg(ee)
-    enorm = wrms(es, w)
+    xs = tuple((sg(e), wx) for e, _, wx in extra)
+    stars = [rows for _, rows, _ in extra]
+    enorm = _norm(es, w, [e for e, _ in xs], xs)
     km1, km2 = jnp.maximum(k - 1, 0), jnp.maximum(k - 2, 0)
     erk = p.sigma[k] * enorm
     terk = (k + 1) * erk
     d1 = pick(p.phi_star, k) + es
-    erkm1 = p.sigma[km1] * wrms(d1, w)
+    d1x = [pick(rows, k) + e for rows, (e, _) in zip(stars, xs)]
+    erkm1 = p.sigma[km1] * _norm(d1, w, d1x, xs)
     terkm1 = k * erkm1
     d2 = pick(p.phi_star, km1) + d1
-    terkm2 = (k - 1) * p.sigma[km2] * wrms(d2, w)
+    d2x = [pick(rows, km1) + d for rows, d in zip(stars, d1x)]
+    terkm2 = (k - 1) * p.sigma[km2] * _norm(d2, w, d2x, xs)
     lower = ((k > 2) & (jnp.maximum(terkm1, terkm2) <= terk)) | \
             ((k == 2) & (terkm1 <= 0.5 * terk))
     knew = jnp.where(lower, k - 1, k)
     est = jnp.where(lower, erkm1, erk)
-    return ErrorTest(es, w, erk, terk, erkm1, terkm1, knew, est, p.ck * enorm <= 1.0)
+    return ErrorTest(es, w, erk, terk, erkm1, terkm1, knew, est, p.ck * enorm <= 1.0, xs)
 
 
 class Completed(NamedTuple):
@@ -211,14 +233,16 @@ class Completed(NamedTuple):
 
 
 def complete_step(K: int, max_step: float, p: Predicted, e: ErrorTest, ee, k, kused, phase,
-                  phi, nst, bound=None) -> Completed:
+                  phi, nst, bound=None, extra_phi: Sequence = ()) -> Completed:
     """Order and step for the next step (the first steps raise both until phase 1), then
     ``phi_j <- sum_{i=j..k} phi*_i + ee``. ``nst`` counts this step; ``bound`` is
-    `enforce_constraints`'s (`on_bounds`)."""
+    `enforce_constraints`'s (`on_bounds`); ``extra_phi`` the histories of `test_error`'s
+    ``extra``, in its order."""
     h = p.h
     kdiff = k - kused
     phase = jnp.where((e.knew == k - 1) | (k == K), 1, phase)
-    terkp1 = wrms(e.es - pick(phi, k + 1), e.w)
+    terkp1 = _norm(e.es - pick(phi, k + 1), e.w,
+                   [ex - pick(rows, k + 1) for rows, (ex, _) in zip(extra_phi, e.extra)], e.extra)
     erkp1 = terkp1 / (k + 2)
     keep_order = (k == K) | (k + 1 >= p.ns) | (kdiff == 1)
     raise1 = (terkp1 < 0.5 * e.terk)
@@ -233,18 +257,23 @@ def complete_step(K: int, max_step: float, p: Predicted, e: ErrorTest, ee, k, ku
     grow0 = nst > 1
     k_next = jnp.where(phase == 0, jnp.where(grow0, k + 1, k), k1)
     h_next = jnp.minimum(jnp.where(phase == 0, jnp.where(grow0, 2.0 * h, h), hnew), max_step)
-    suffix = []  # built from j = K + 1 down to 0, then put in order
-    acc = ee
-    for j in range(K + 1, -1, -1):  # phi_j <- sum_{i=j..k} phi*_i + ee for j <= k
-        acc = acc + p.order_mask[j] * p.phi_star[j]
-        suffix.append(acc)
-    suffix.reverse()
-    phi_new = tuple(jnp.where(j <= k, suffix[j], jnp.where((j == k + 1) & (k < K), ee,
-                                                            p.phi_star[j]))
-                    for j in range(K + 2))
+    phi_new = new_rows(K, p, k, ee, p.phi_star)
     if bound is not None:
         phi_new = on_bounds(K, p, k, bound, phi_new)
     return Completed(k_next, h_next, phase, phi_new)
+
+
+def new_rows(K: int, p: Predicted, k, ee, phi_star: Sequence) -> tuple:
+    """A history after a successful step: ``phi_j <- sum_{i=j..k} phi*_i + ee`` for ``j <= k``,
+    ``phi_{k+1} <- ee`` (kept for an order increase), the rest as predicted."""
+    suffix = []  # built from j = K + 1 down to 0, then put in order
+    acc = ee
+    for j in range(K + 1, -1, -1):
+        acc = acc + p.order_mask[j] * phi_star[j]
+        suffix.append(acc)
+    suffix.reverse()
+    return tuple(jnp.where(j <= k, suffix[j], jnp.where((j == k + 1) & (k < K), ee, phi_star[j]))
+                 for j in range(K + 2))
 
 
 def on_bounds(K: int, p: Predicted, k, bound, phi_new: tuple) -> tuple:
@@ -278,6 +307,7 @@ class Failed(NamedTuple):
     k_fail: jax.Array
     psi_fail: jax.Array
     phi_fail: tuple
+    scale1: jax.Array   # phi_fail[1] = scale1 phi[1] (1 but on a failed first step)
 
 
 def handle_failure(p: Predicted, e: ErrorTest, nls_fail, err_fail, cfail, eta_c, k, ncf, nef,
@@ -297,4 +327,4 @@ def handle_failure(p: Predicted, e: ErrorTest, nls_fail, err_fail, cfail, eta_c,
     shrink1 = first & (nls_fail | err_fail)
     phi_fail = tuple(jnp.where(shrink1, rr_f * row, row) if j == 1 else row
                      for j, row in enumerate(phi))
-    return Failed(ncf, nef, h_fail, k_fail, psi_fail, phi_fail)
+    return Failed(ncf, nef, h_fail, k_fail, psi_fail, phi_fail, jnp.where(shrink1, rr_f, 1.0))

@@ -12,7 +12,7 @@ reach (all of them when it failed at ``t0``) are NaN: a failed solve never diffe
 zeros. After a terminal root (``Status.ROOT``, not a failure) the rows after it are NaN in
 forward mode by a select, which reverse mode drops, so gradients of the rows before the root
 stay finite. Root times (``Solution.root_ts``) are differentiated by the implicit function
-theorem (`solvers.dae._roots`), in the same pass.
+theorem (`solvers.dae._roots`), in the same pass; quadratures (``Solution.qs``) as the states.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from ._context import Context, context
 from ._jacobian import admit as admit_jacobian
 from ._jida import JIDA, violated
 from ._problem import DAEProblem
+from ._quadrature import Quadrature
 from ._roots import Roots
 from ._solution import STAT_NAMES, SaveAt, Solution, Status
 from ._stepper import integrate
@@ -45,13 +46,13 @@ def _zero_tangent(x: Any) -> Any:
     return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def _solve(ctx: Context, roots: Roots | None, args: Any, y0: jax.Array, yp0: Any, t0: jax.Array,
-           t1: jax.Array, ts: jax.Array, tout1: jax.Array) -> Any:
-    return integrate(ctx, args, y0, yp0, t0, t1, ts, tout1, roots)
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _solve(ctx: Context, roots: Roots | None, quad: Quadrature | None, args: Any, y0: jax.Array,
+           yp0: Any, t0: jax.Array, t1: jax.Array, ts: jax.Array, tout1: jax.Array) -> Any:
+    return integrate(ctx, args, y0, yp0, t0, t1, ts, tout1, roots, quad)
 
 
-def _solve_jvp(ctx, roots, primals, tangents):
+def _solve_jvp(ctx, roots, quad, primals, tangents):
     args, y0, yp0, t0, t1, ts, tout1 = primals
     leaves, treedef = jax.tree.flatten((args, y0, yp0))
     dleaves = jax.tree.leaves(tangents[:3], is_leaf=lambda x: isinstance(x, SymbolicZero))
@@ -59,23 +60,16 @@ def _solve_jvp(ctx, roots, primals, tangents):
                    if not isinstance(d, SymbolicZero)
                    and jnp.issubdtype(jnp.result_type(x), jnp.inexact))
     if not chosen:
-        out = _solve(ctx, roots, *primals)
+        out = _solve(ctx, roots, quad, *primals)
         return out, jax.tree.map(_zero_tangent, out)
-    (jac, jac_roots), out = _sensitivities(ctx, roots, treedef, chosen, leaves, t0, t1, ts,
-                                           tout1)
+    (jac, jac_roots, jac_qs), out = _sensitivities(ctx, roots, quad, treedef, chosen, leaves,
+                                                   t0, t1, ts, tout1)
     ys, root_ts = out[0], out[3]
     # NaN sensitivities where the solve failed: a factor, so that the tangent stays linear (its
     # transpose, reverse mode, carries the NaN) and second derivatives are NaN there too.
     nan_rows = jnp.where(_unreached(ys, out[2]), jnp.nan, 1.0)
-    dys = jnp.zeros_like(ys)
-    for j, i in enumerate(chosen):
-        d = jnp.asarray(dleaves[i], ys.dtype)
-        sens = jac[j] * nan_rows.reshape((-1,) + (1,) * (jac[j].ndim - 1))
-        dys = dys + jnp.tensordot(sens, d, axes=d.ndim)
-    # After a terminal root (not a failure) the rows not reached have NaN tangents in forward
-    # mode, by a select: its transpose drops their cotangents, so reverse mode gives the
-    # derivatives of the rows before the root (a quantity that reads a later row is NaN itself).
-    dys = jnp.where(_after_root(ys, out[2])[:, None], jnp.nan, dys)
+    after = _after_root(ys, out[2])[:, None]
+    dys, dqs = (_rows_tangent(jc, chosen, dleaves, nan_rows, after) for jc in (jac, jac_qs))
     # The root times' derivatives (implicit function theorem, `solvers.dae._roots`); NaN, by
     # the same select, for the padding.
     droots = jnp.zeros_like(root_ts)
@@ -84,7 +78,22 @@ def _solve_jvp(ctx, roots, primals, tangents):
         droots = droots + jnp.tensordot(jac_roots[j], d, axes=d.ndim)
     droots = jnp.where(jnp.isnan(root_ts), jnp.nan, droots)
     tangent = jax.tree.map(_zero_tangent, out)
-    return out, (dys, tangent[1], tangent[2], droots, tangent[4])
+    return out, (dys, tangent[1], tangent[2], droots, tangent[4], dqs)
+
+
+def _rows_tangent(jac: Any, chosen: tuple[int, ...], dleaves: list[Any], nan_rows: jax.Array,
+                  after: jax.Array) -> jax.Array:
+    """The tangent of an output saved by rows (the states, a quadrature): ``sum_i jac[i] @
+    d(leaf i)``, NaN by a factor on the rows a failed solve did not reach and, after a terminal
+    root (not a failure), NaN by a select: its transpose drops their cotangents, so reverse mode
+    gives the derivatives of the rows before the root (a quantity that reads a later row is NaN
+    itself)."""
+    terms = []
+    for j, i in enumerate(chosen):
+        d = jnp.asarray(dleaves[i], jac[j].dtype)
+        sens = jac[j] * nan_rows.reshape((-1,) + (1,) * (jac[j].ndim - 1))
+        terms.append(jnp.tensordot(sens, d, axes=d.ndim))
+    return jnp.where(after, jnp.nan, sum(terms[1:], terms[0]))
 
 
 def _unreached(ys: jax.Array, code: jax.Array) -> jax.Array:
@@ -100,27 +109,27 @@ def _after_root(ys: jax.Array, code: jax.Array) -> jax.Array:
     return (code == Status.ROOT.code) & jnp.any(jnp.isnan(ys), axis=1)
 
 
-@partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _sensitivities(ctx: Context, roots: Roots | None, treedef: Any, chosen: tuple[int, ...],
-                   leaves: list[Any], t0: jax.Array, t1: jax.Array, ts: jax.Array,
-                   tout1: jax.Array) -> Any:
-    """The solve, and ``d ys / d leaves[i]`` and ``d root_ts / d leaves[i]`` for ``i`` in
-    ``chosen``, in one pass (jitted, so a model that solves twice with the same shapes, as a fit
-    does, is traced once)."""
+@partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _sensitivities(ctx: Context, roots: Roots | None, quad: Quadrature | None, treedef: Any,
+                   chosen: tuple[int, ...], leaves: list[Any], t0: jax.Array, t1: jax.Array,
+                   ts: jax.Array, tout1: jax.Array) -> Any:
+    """The solve, and ``d ys / d leaves[i]``, ``d root_ts / d leaves[i]`` and ``d qs / d
+    leaves[i]`` for ``i`` in ``chosen``, in one pass (jitted, so a model that solves twice with
+    the same shapes, as a fit does, is traced once)."""
     def run(*selected):
         full = list(leaves)
         for i, x in zip(chosen, selected):
             full[i] = x
         a, y, yp = jax.tree.unflatten(treedef, full)
-        out = integrate(ctx, a, y, yp, t0, t1, ts, tout1, roots)
-        return (out[0], out[3]), out
+        out = integrate(ctx, a, y, yp, t0, t1, ts, tout1, roots, quad)
+        return (out[0], out[3], out[5]), out
 
     return jax.jacfwd(run, argnums=tuple(range(len(chosen))), has_aux=True)(
         *(leaves[i] for i in chosen))
 
 
 _solve.defjvp(_solve_jvp, symbolic_zeros=True)
-_compiled = jax.jit(_solve, static_argnums=(0, 1))
+_compiled = jax.jit(_solve, static_argnums=(0, 1, 2))
 
 
 def _concrete(x: Any) -> np.ndarray | None:
@@ -171,13 +180,13 @@ def _first_output(first_output: Any, t0: jax.Array, t1: jax.Array, ts: jax.Array
     return tout1
 
 
-def _run(problem: DAEProblem, solver: JIDA, roots: Roots | None, args: Any,
-         *operands: Any) -> Any:
+def _run(problem: DAEProblem, solver: JIDA, roots: Roots | None, quad: Quadrature | None,
+         args: Any, *operands: Any) -> Any:
     """The compiled solve with ``args``, else the problem's own; a residual that fails for
     want of parameters says where to give them."""
     given = problem.args if args is None else args
     try:
-        return _compiled(context(problem, solver), roots, given, *operands)
+        return _compiled(context(problem, solver), roots, quad, given, *operands)
     except TypeError as err:
         if given is not None or "NoneType" not in str(err):
             raise
@@ -189,7 +198,8 @@ def _run(problem: DAEProblem, solver: JIDA, roots: Roots | None, args: Any,
 
 def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0: Any,
              yp0: Any = None, *, saveat: SaveAt | None = None, args: Any = None,
-             first_output: Any = None, roots: Roots | None = None) -> Solution:
+             first_output: Any = None, roots: Roots | None = None,
+             quadrature: Quadrature | Any = None) -> Solution:
     """Solve the index-1 DAE ``F(t, y, y', args) = 0`` from ``t0`` to ``t1``.
 
     Arguments:
@@ -209,10 +219,14 @@ def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0
         roots: `Roots(g, direction=, terminal=, max_roots=)`: root functions located after
             each step (IDA's ``IDARootInit``); their times are ``Solution.root_ts``, and a
             terminal one ends the solve there with ``Status.ROOT``.
+        quadrature: `Quadrature(q, error_control=False)` or a bare ``q(t, y, yp, args) ->
+            (k,)``: integrals ``int_{t0}^t q`` computed with the steps (IDAS's
+            ``IDAQuadInit``), returned as ``Solution.qs`` at the save times.
 
     Returns:
-        A `Solution`: ``ts``, ``ys`` (``(len(ts), n)``), ``stats`` and ``status``. A failed solve
-        is returned, not raised: ``status`` says why, and the states it did not reach are NaN.
+        A `Solution`: ``ts``, ``ys`` (``(len(ts), n)``), ``qs``, ``stats`` and ``status``. A
+        failed solve is returned, not raised: ``status`` says why, and the states (and
+        quadratures) it did not reach are NaN.
 
     Traceable (call it inside ``jit``, ``vmap``, a fit's model) and differentiable with respect
     to ``args``, ``y0`` and ``yp0`` (`jax.jvp`, `jax.jacfwd`, `jax.grad`); not with respect to
@@ -268,12 +282,15 @@ def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0
                              f"span [{float(c0)!r}, {float(c1)!r}]; save inside [t0, t1]")
     if roots is not None and not isinstance(roots, Roots):
         raise TypeError(f"roots must be Roots(g, direction=None, terminal=False), got {roots!r}")
+    quad = Quadrature.of(quadrature)
+    if quad is not None and quad.error_control:
+        quad.tolerances(solver.rtol, solver.atol)   # refused here, before anything compiles
     tout1 = _first_output(first_output, t0, t1, ts, (c0, c1, cts), dtype)
     admit_jacobian(problem, problem.args if args is None else args, t0, y0, yp0, solver)
-    ys, stats, code, root_ts, root_index = _run(problem, solver, roots, args, y0, yp0, t0, t1,
-                                                ts, tout1)
+    ys, stats, code, root_ts, root_index, qs = _run(problem, solver, roots, quad, args, y0, yp0,
+                                                    t0, t1, ts, tout1)
     sol = Solution(ts=ts, ys=ys, stats=dict(zip(STAT_NAMES, stats)), code=code, root_ts=root_ts,
-                   root_index=root_index)
+                   root_index=root_index, qs=qs)
     concrete = _concrete(code)
     if concrete is not None and concrete.ndim == 0 and \
             int(concrete) not in (Status.SUCCESS.code, Status.ROOT.code):

@@ -72,6 +72,8 @@ class Solution:
             ``(max_roots,)`` padded with NaN; ``(0,)`` without ``roots``.
         root_index: the component of ``g`` of each root (int32), padded with -1; ``(0,)``
             without ``roots``.
+        qs: the integrals of ``pdesolve(quadrature=q)`` at ``ts``, ``(m, k)``; ``(m, 0)``
+            without one. Rows not reached are NaN, as ``ys``'s.
 
     A `Solution` is a pytree, so it can be returned from ``jit`` and ``vmap``ped.
     """
@@ -82,6 +84,7 @@ class Solution:
     code: jax.Array
     root_ts: jax.Array
     root_index: jax.Array
+    qs: jax.Array
 
     @property
     def status(self) -> Status:

@@ -25,10 +25,12 @@ from ..linear import FACTOR, KEEP, REFACTOR
 from ._bdf import (
     Failed,
     Predicted,
+    combine,
     complete_step,
     enforce_constraints,
     handle_failure,
     interpolate,
+    new_rows,
     predict,
     test_error,
 )
@@ -36,6 +38,7 @@ from ._context import Context
 from ._initialize import Initialized, initialize
 from ._jida import JIDA
 from ._newton import correct, wrms
+from ._quadrature import Quadrature
 from ._roots import Found, Roots, RootState, check_step, start
 from ._solution import STAT_NAMES, Status
 
@@ -83,6 +86,8 @@ class _State(NamedTuple):
     ys: jax.Array
     code: jax.Array
     roots: RootState | None   # None without root functions
+    qphi: tuple | None        # the quadrature's K + 2 rows (k,); None without one
+    qs: jax.Array | None      # the quadrature at the save times (m, k)
 
 
 class _Solved(NamedTuple):
@@ -138,22 +143,26 @@ def _nonlinear_solve(ctx: Context, args: Any, constraints: Sequence[int] | None,
                    eta_c, bound)
 
 
-def _save(K: int, ts: jax.Array, ok, p: Predicted, phi_new: tuple, k, save, ys, upto):
-    """Interpolate the states at the ``ts`` up to ``upto`` (the step's end, or a terminal root
-    in it) that a successful step covered (``IDAGetSolution``)."""
+def _save(K: int, ts: jax.Array, ok, p: Predicted, histories: tuple, k, save, outs: tuple,
+          upto):
+    """Interpolate each history (the state's ``phi``, a quadrature's) into its ``outs`` at the
+    ``ts`` up to ``upto`` (the step's end, or a terminal root in it) that a successful step
+    covered (``IDAGetSolution``, ``IDAGetQuad``)."""
     m = ts.shape[0]
 
     def save_one(carry):
-        i, ys = carry
-        y_t = interpolate(K, ts[i], p.t_new, p.psi_new, phi_new, k)
+        i, outs = carry
         at = (i, jnp.zeros((), i.dtype))
-        return i + 1, jax.lax.dynamic_update_slice(ys, y_t[None, :], at)
+        return i + 1, tuple(
+            jax.lax.dynamic_update_slice(
+                out, interpolate(K, ts[i], p.t_new, p.psi_new, phi, k)[None, :], at)
+            for phi, out in zip(histories, outs))
 
     def saving(carry):
         i, _ = carry
         return ok & (i < m) & (ts[jnp.minimum(i, m - 1)] <= upto)
 
-    return jax.lax.while_loop(saving, save_one, (save, ys))
+    return jax.lax.while_loop(saving, save_one, (save, outs))
 
 
 def _count(stats: _Stats, ok, nls_fail, err_fail, nl: _Solved, pivot) -> _Stats:
@@ -192,9 +201,16 @@ class _Run(NamedTuple):
     constraints: Sequence[int] | None
     temp1: float            # refactor when cj / cjold leaves (temp1, 1 / temp1)
     eps: Any                # the machine epsilon of the solve's dtype
+    quad: Quadrature | None
+    qtol: tuple | None      # (rtol, atol) of the quadrature's error weights, under control
 
     def weights(self, y: jax.Array) -> jax.Array:
         return _error_weights(self.ctx.solver, self.atol, y)
+
+    def quad_weights(self, q: jax.Array) -> jax.Array:
+        assert self.qtol is not None   # only under the quadrature's error control
+        rtol, atol = self.qtol
+        return 1.0 / (rtol * jnp.abs(sg(q)) + atol)
 
 
 def _calc_ic(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0: jax.Array,
@@ -237,10 +253,12 @@ def _initial_step(s: JIDA, tdist: jax.Array, span: jax.Array, yp0: jax.Array, ew
 
 
 def _first_state(ctx: Context, args: Any, ic: Initialized, t0: jax.Array, h: jax.Array,
-                 ts: jax.Array, roots: Roots | None = None) -> _State:
+                 ts: jax.Array, roots: Roots | None = None,
+                 quad: Quadrature | None = None) -> _State:
     """The state before the first attempt (IDASolve's start): the history ``phi = (y0, h y'0,
     0, ...)`` at order 1, the states at the save times up to ``t0``, the initialization's
-    counts, and a failure code when the initialization failed or ``F(t0)`` is not finite."""
+    counts, and a failure code when the initialization failed or ``F(t0)`` is not finite; a
+    quadrature's history ``(0, h q(t0, y0, y'0), 0, ...)``."""
     K, n = ctx.solver.max_order, ctx.n
     y0, yp0 = ic.y, ic.yp
     dtype = y0.dtype
@@ -256,12 +274,18 @@ def _first_state(ctx: Context, args: Any, ic: Initialized, t0: jax.Array, h: jax
     stats0 = stats0._replace(residual_evaluations=ic.residuals + 1, solves=ic.solves,
                              factorizations=ic.iterations,
                              pivoting_factorizations=jnp.minimum(ic.iterations, 1))
+    qphi = qs = None
+    if quad is not None:
+        q0 = quad.evaluate(t0, y0, yp0, args)
+        qphi = (jnp.zeros_like(q0), h * q0) + tuple(jnp.zeros_like(q0) for _ in range(K))
+        qs = jnp.where(early[:, None], 0.0, jnp.full((ts.shape[0], q0.shape[0]), jnp.nan, dtype))
     return _State(t=t0, h=h, k=jnp.ones((), jnp.int32), kused=zero, hused=jnp.zeros_like(h),
                   ns=zero, phase=zero, psi=psi, phi=phi, cj=1.0 / h, cjold=1.0 / h,
                   ss=jnp.asarray(20.0, dtype), numeric=ic.numeric, setup=jnp.asarray(True),
                   pivot=jnp.asarray(True), ncf=zero, nef=zero, stats=stats0,
                   save=jnp.sum(early).astype(jnp.int32), ys=ys, code=code0,
-                  roots=None if roots is None else start(roots, t0, y0, yp0, args))
+                  roots=None if roots is None else start(roots, t0, y0, yp0, args),
+                  qphi=qphi, qs=qs)
 
 
 def _return_flag(s: JIDA, ok, last, nst, nl: _Solved, f: Failed, err_fail, nls_fail,
@@ -293,12 +317,21 @@ def _attempt(run: _Run, st: _State) -> _State:
     p = predict(K, st.t, run.t1, st.h, k, st.hused, st.kused, st.ns, st.psi, st.phi)
     ewt = run.weights(st.phi[0])
     nl = _nonlinear_solve(ctx, run.args, run.constraints, run.temp1, st, p, ewt)
-    e = test_error(p, k, nl.ee, ewt * run.emask)
+    eeq = qstar = None
+    extra: tuple = ()
+    if run.quad is not None and st.qphi is not None:
+        # IDAQuadNls: Q' = q at the corrected state, i.e. the correction (q - Q'_pred) / c
+        qv = run.quad.evaluate(p.t_new, p.y_pred + nl.ee, p.yp_pred + p.cj * nl.ee, run.args)
+        eeq = (qv - combine(p.wyp, st.qphi)) / p.cj
+        qstar = tuple(p.star[j] * row for j, row in enumerate(st.qphi))
+        if run.qtol is not None:
+            extra = ((eeq, qstar, run.quad_weights(st.qphi[0])),)
+    e = test_error(p, k, nl.ee, ewt * run.emask, extra)
     err_fail = nl.conv & ~nl.cfail & ~e.passed
     ok = nl.conv & ~nl.cfail & ~err_fail
     nst = st.stats.steps + 1
     done = complete_step(K, s.max_step, p, e, nl.ee, k, st.kused, st.phase, st.phi, nst,
-                         nl.bound)
+                         nl.bound, tuple(x[1] for x in extra))
     nls_fail = nl.conv_fail | nl.cfail   # a constraint failure counts as one, as in IDA
     f = handle_failure(p, e, nls_fail, err_fail, nl.cfail, nl.eta_c, k, st.ncf, st.nef,
                        st.psi, st.phi, st.stats.steps == 0)
@@ -311,7 +344,15 @@ def _attempt(run: _Run, st: _State) -> _State:
                                    done.phi_new, k, run.eps),
             lambda: _no_root(before, p.t_new))
         rs, upto, root_stop = found.state, found.t_root, found.terminal
-    save, ys = _save(K, run.ts, ok, p, done.phi_new, k, st.save, st.ys, upto)
+    qphi, qs = st.qphi, st.qs
+    if qphi is None or qstar is None or qs is None:
+        save, (ys,) = _save(K, run.ts, ok, p, (done.phi_new,), k, st.save, (st.ys,), upto)
+    else:
+        qnew = new_rows(K, p, k, eeq, qstar)
+        save, (ys, qs) = _save(K, run.ts, ok, p, (done.phi_new, qnew), k, st.save, (st.ys, qs),
+                               upto)
+        qphi = tuple(jnp.where(ok, a, f.scale1 * b if j == 1 else b)
+                     for j, (a, b) in enumerate(zip(qnew, qphi)))
     # Below rounding level of t itself (not of t1: a long span must not floor the first steps)
     tiny_h = f.h_fail <= 10.0 * run.eps * jnp.abs(st.t) + jnp.finfo(st.t.dtype).tiny
     code = _return_flag(s, ok, p.last, nst, nl, f, err_fail, nls_fail, tiny_h)
@@ -335,29 +376,37 @@ def _attempt(run: _Run, st: _State) -> _State:
         pivot=jnp.where(nl.call, nl.conv_fail, st.pivot | nl.conv_fail),
         ncf=jnp.where(ok, 0, f.ncf), nef=jnp.where(ok, 0, f.nef),
         stats=_count(st.stats, ok, nls_fail, err_fail, nl, st.pivot), save=save, ys=ys,
-        code=code, roots=rs)
+        code=code, roots=rs, qphi=qphi, qs=qs)
 
 
 def integrate(ctx: Context, args: Any, y0: jax.Array, yp0: jax.Array | None, t0: jax.Array,
-              t1: jax.Array, ts: jax.Array, tout1: jax.Array, roots: Roots | None = None
-              ) -> tuple[jax.Array, _Stats, jax.Array, jax.Array, jax.Array]:
+              t1: jax.Array, ts: jax.Array, tout1: jax.Array, roots: Roots | None = None,
+              quad: Quadrature | None = None
+              ) -> tuple[jax.Array, _Stats, jax.Array, jax.Array, jax.Array, jax.Array]:
     """Solve from ``t0`` to ``t1``; returns the states at ``ts``, the statistics, the status
-    code, and the root times and components (``(max_roots,)``, NaN and -1 padded; ``(0,)``
-    without ``roots``). ``tout1`` (IDA's first output time) sizes the initialization's step and
-    the first step. Traceable; differentiable (forward mode) in ``args``, ``y0`` and ``yp0``."""
+    code, the root times and components (``(max_roots,)``, NaN and -1 padded; ``(0,)``
+    without ``roots``), and the quadrature at ``ts`` (``(m, k)``; ``(m, 0)`` without one).
+    ``tout1`` (IDA's first output time) sizes the initialization's step and the first step.
+    Traceable; differentiable (forward mode) in ``args``, ``y0`` and ``yp0``."""
     s = ctx.solver
     dtype = y0.dtype
     t0, t1, ts, tout1 = sg(t0), sg(t1), sg(ts), sg(tout1)
     alg = jnp.asarray(ctx.algebraic)
     emask = jnp.where(alg, 0.0, 1.0).astype(dtype) if s.suppress_algebraic else 1.0
     constraints = s.constraints if s.constraints is not None and any(s.constraints) else None
+    qtol = None
+    if quad is not None and quad.error_control:
+        rq, aq = quad.tolerances(s.rtol, s.atol)
+        qtol = (jnp.asarray(rq, dtype), jnp.asarray(aq, dtype))
     run = _Run(ctx, args, t1, ts, roots, jnp.asarray(s.atol, dtype), emask, constraints,
-               (1.0 - s.dcj) / (1.0 + s.dcj), jnp.finfo(dtype).eps)
+               (1.0 - s.dcj) / (1.0 + s.dcj), jnp.finfo(dtype).eps, quad, qtol)
     ic = _calc_ic(ctx, args, y0, yp0, t0, tout1, run)
     h = _initial_step(s, tout1 - t0, t1 - t0, ic.yp, run.weights(ic.y), emask, dtype)
-    state = _first_state(ctx, args, ic, t0, h, ts, roots)
+    state = _first_state(ctx, args, ic, t0, h, ts, roots, quad)
     final = jax.lax.while_loop(lambda st: st.code < 0, partial(_attempt, run), state)
     ys = ctx.backend.release(ctx.symbolic, final.numeric, final.ys)
+    qs = jnp.zeros((ts.shape[0], 0), dtype) if final.qs is None else final.qs
     if final.roots is None:
-        return ys, final.stats, final.code, jnp.zeros((0,), dtype), jnp.zeros((0,), jnp.int32)
-    return ys, final.stats, final.code, final.roots.root_ts, final.roots.root_index
+        return (ys, final.stats, final.code, jnp.zeros((0,), dtype), jnp.zeros((0,), jnp.int32),
+                qs)
+    return ys, final.stats, final.code, final.roots.root_ts, final.roots.root_index, qs

@@ -182,3 +182,12 @@ def fsa_output() -> list[tuple[float, int, np.ndarray, np.ndarray]]:
             s = np.array([[float(v) for v in lines[i + 2 + j].split()[2:]] for j in range(3)])
             rows.append((float(parts[0]), int(parts[3]), y, s))
     return rows
+
+
+def fsa_quadrature_output() -> tuple[float, np.ndarray]:
+    """IDAS's printed quadrature G = int_0^4e10 y3 dt and its sensitivities dG/dp (3,)."""
+    lines = FSA_OUT.read_text().splitlines()
+    (g,) = [float(line.split()[1]) for line in lines if line.startswith("G:")]
+    dg = np.array([float(line.split()[1]) for line in lines if line.startswith("dG/dp")])
+    assert dg.shape == (3,), dg
+    return g, dg

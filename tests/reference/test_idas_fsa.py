@@ -5,8 +5,9 @@ initialization corrects as IDACalcIC does, its step sized from the first output 
 ended STEP_TOO_SMALL at t = 2.6e-3.
 
 - The solve completes (938 steps, or 900 with XLA's default code generation; IDAS 1235, its
-  steps also set by the sensitivities' and the quadrature's errors), and 27 of IDAS's 36 printed y values agree to their printed digits
-  (``%.4e``): all 21 up to t = 4e5, and y3 at every time.
+  steps also set by the sensitivities' and the quadrature's errors), and 27 of IDAS's 36
+  printed y values agree to their printed digits (``%.4e``): all 21 up to t = 4e5, and y3 at
+  every time.
 - The other 9 (y1 from t = 4e6, y2 from 4e7) are each solver's own error at rtol 1e-6. Digits
   against scipy's Radau at rtol 1e-10 on the reduced ODE (y1 | y2; JIDA / IDAS):
 
