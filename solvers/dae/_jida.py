@@ -51,6 +51,14 @@ class JIDA:
             not given or some unknown is algebraic); ``"y"`` computes all of ``y`` given
             ``yp0`` (``IDA_Y_INIT``); ``False`` uses the given ``y0``, ``yp0`` as they are.
             Its step is sized from `pdesolve`'s ``first_output``.
+        sensitivity_error_control: put the forward sensitivities into the local error test
+            when a solve is differentiated (IDAS's ``IDASetSensErrCon``): the derivative then
+            comes from one solve of the state with its sensitivities (one block per scalar
+            input differentiated, `solvers.dae._sensitivity`), whose steps the
+            sensitivities' errors also set. Default ``False``: the derivative of the computed
+            solution on its own steps, consistent with the values returned (what a fit's
+            gradient wants), with errors the error test does not see. No effect on a solve
+            that is not differentiated; not with ``roots``.
     """
 
     linear: str | LinearSolver = "auto"
@@ -68,6 +76,7 @@ class JIDA:
     max_convergence_failures: int = 10
     initialize: bool | str = "ya_ydp"
     constraints: Sequence[int] | None = None
+    sensitivity_error_control: bool = False
 
     def __post_init__(self) -> None:
         value = self.rtol
@@ -95,6 +104,11 @@ class JIDA:
             raise ValueError(f"JIDA(max_step=...) must be > 0, got {self.max_step!r}")
         if self.initial_step is not None and not (self.initial_step > 0):
             raise ValueError(f"JIDA(initial_step=...) must be > 0, got {self.initial_step!r}")
+        if not isinstance(self.sensitivity_error_control, (bool, np.bool_)):
+            raise TypeError(f"JIDA(sensitivity_error_control=...) takes True or False, got "
+                            f"{self.sensitivity_error_control!r}")
+        object.__setattr__(self, "sensitivity_error_control",
+                           bool(self.sensitivity_error_control))
         if not isinstance(self.linear, (str, LinearSolver)):
             raise TypeError(f"JIDA(linear=...) takes 'auto', 'dense', 'klu', 'cudss' or a "
                             f"LinearSolver, got {self.linear!r}")

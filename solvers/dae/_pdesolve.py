@@ -32,6 +32,7 @@ from ._jida import JIDA, violated
 from ._problem import DAEProblem
 from ._quadrature import Quadrature
 from ._roots import Roots
+from ._sensitivity import augmented_sensitivities
 from ._solution import STAT_NAMES, SaveAt, Solution, Status
 from ._stepper import integrate
 
@@ -62,8 +63,12 @@ def _solve_jvp(ctx, roots, quad, primals, tangents):
     if not chosen:
         out = _solve(ctx, roots, quad, *primals)
         return out, jax.tree.map(_zero_tangent, out)
-    (jac, jac_roots, jac_qs), out = _sensitivities(ctx, roots, quad, treedef, chosen, leaves,
-                                                   t0, t1, ts, tout1)
+    if ctx.solver.sensitivity_error_control:
+        (jac, jac_roots, jac_qs), out = _augmented(ctx, quad, treedef, chosen, leaves, t0, t1,
+                                                   ts, tout1)
+    else:
+        (jac, jac_roots, jac_qs), out = _sensitivities(ctx, roots, quad, treedef, chosen,
+                                                       leaves, t0, t1, ts, tout1)
     ys, root_ts = out[0], out[3]
     # NaN sensitivities where the solve failed: a factor, so that the tangent stays linear (its
     # transpose, reverse mode, carries the NaN) and second derivatives are NaN there too.
@@ -127,6 +132,10 @@ def _sensitivities(ctx: Context, roots: Roots | None, quad: Quadrature | None, t
     return jax.jacfwd(run, argnums=tuple(range(len(chosen))), has_aux=True)(
         *(leaves[i] for i in chosen))
 
+
+#: With ``JIDA(sensitivity_error_control=True)``: the solve with its sensitivities in the error
+#: test (`solvers.dae._sensitivity`), jitted as `_sensitivities`.
+_augmented = jax.jit(augmented_sensitivities, static_argnums=(0, 1, 2, 3))
 
 _solve.defjvp(_solve_jvp, symbolic_zeros=True)
 _compiled = jax.jit(_solve, static_argnums=(0, 1, 2))
@@ -282,6 +291,11 @@ def pdesolve(problem: DAEProblem, solver: JIDA | None, span: tuple[Any, Any], y0
                              f"span [{float(c0)!r}, {float(c1)!r}]; save inside [t0, t1]")
     if roots is not None and not isinstance(roots, Roots):
         raise TypeError(f"roots must be Roots(g, direction=None, terminal=False), got {roots!r}")
+    if roots is not None and solver.sensitivity_error_control:
+        raise ValueError("JIDA(sensitivity_error_control=True) does not take roots= (root "
+                         "times have no derivative from the sensitivity solve); drop roots= or "
+                         "use JIDA(sensitivity_error_control=False), whose derivatives include "
+                         "the root times'")
     quad = Quadrature.of(quadrature)
     if quad is not None and quad.error_control:
         quad.tolerances(solver.rtol, solver.atol)   # refused here, before anything compiles
