@@ -47,7 +47,7 @@ class Leases:
     def _current(self, task_id: str) -> int:
         """The task's lease's highest generation (1 when there is none), by lookups upward."""
         generation = 1
-        while os.path.lexists(self._path(task_id, generation + 1)):
+        while _exists(self._path(task_id, generation + 1)):
             generation += 1
         return generation
 
@@ -58,10 +58,10 @@ class Leases:
         taker is the one whose record `latest/` holds)."""
         task_id = lease["task_id"]
         generation = lease.get("generation", 1)
-        if os.path.lexists(self._path(task_id, generation + 1)):
+        if _exists(self._path(task_id, generation + 1)):
             taker = read_json(self._path(task_id, self._current(task_id)))
             owner = taker.get("owner") if type(taker) is dict else None
-        elif not lease.get("released") and not os.path.lexists(self._path(task_id, generation)):
+        elif not lease.get("released") and not _exists(self._path(task_id, generation)):
             rec = read_json(self.work.latest / f"{task_key(task_id)}.json")
             owner = {key: rec.get(key) for key in ("worker", "host", "pid")} \
                 if type(rec) is dict else None
@@ -80,7 +80,7 @@ class Leases:
         lease = self._new_lease(task_id, owner)
         if _create(path, lease):
             self._clock_skew(lease, path)
-            if os.path.lexists(self._path(task_id, 2)):  # a later generation is being released
+            if _exists(self._path(task_id, 2)):  # a later generation is being released
                 path.unlink(missing_ok=True)
                 return None
             return self._unless_done(path, lease)
@@ -180,6 +180,21 @@ class Leases:
     def holders(self) -> list[dict[str, Any]]:
         """The leases held now, one per task, its highest generation (for `campaign status`)."""
         return _newest_per_task(self.work.leases)
+
+
+def _exists(path: Path) -> bool:
+    """Whether the lease file ``path`` exists, asked of the file server by an open: a stat may
+    answer from the client's attribute cache (NFS ``acregmin``, FUSE ``attr_timeout``) for
+    seconds after another node deleted the file, an open revalidates it (NFS close-to-open,
+    FUSE's ``OPEN``). A file that exists but may not be opened counts as existing."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    os.close(fd)
+    return True
 
 
 def _create(path: Path, lease: dict[str, Any]) -> bool:

@@ -15,11 +15,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from sharedfskit import LOCKLESS
+from sharedfskit import CACHING, LOCKLESS
 
 from campaign import read_ledger
+from campaign._leases import Leases
 from campaign._submit import prepare_submission
-from campaign._workdir import task_key
+from campaign._workdir import WorkDir, task_key
 from testkit import PYTHON, child_env, wait_until
 
 NODE = Path(__file__).with_name("exclusion_node.py")
@@ -186,3 +187,23 @@ def test_a_driver_stopped_past_its_lease_is_taken_over_and_writes_no_more(views,
     ran = Counter(line.split()[0] for line in calls.read_text().splitlines())
     assert all(ran[tid] == 1 for tid in doc["tasks"] if tid not in lost), (ran, lost, out)
     assert doc["runs"][-1]["status"] == "finished" and doc["runs"][-1]["host"] == "nodeB"
+
+
+@pytest.mark.parametrize("kind", CACHING)
+def test_the_fence_sees_a_takeover_its_attribute_cache_has_not(views, kind):
+    """A lease's holder on node A looked its lease up a moment ago (its view caches the file's
+    attributes for seconds); node B takes the expired lease over, ends the task and removes
+    the lease's files. A's fence (`Leases.taken_over`, asked before its outcome is recorded)
+    sees the takeover at once, not once its cache expires."""
+    a, b, _ = views(kind)
+    submission = prepare_submission([{"task_id": "t", "x": 1}], ledger_path=a / "runs.json")
+    mine = Leases(WorkDir(a / "runs.json", submission.id), lease_seconds=0.5)
+    theirs = Leases(WorkDir(b / "runs.json", submission.id), lease_seconds=30.0)
+    lease = mine.claim("t", {"worker": "wa", "host": "nodeA", "pid": 1})
+    assert lease is not None and mine.taken_over(lease) is None
+    wait_until(lambda: time.time() > lease["expires"] + 0.1, "the lease to expire")
+    taken = theirs.claim("t", {"worker": "wb", "host": "nodeB", "pid": 2})
+    assert taken is not None and taken["stolen_from"]["worker"] == "wa"
+    assert os.path.lexists(a / "runs.json.work" / "leases" / f"{task_key('t')}.json")
+    theirs.release(taken, done=True, accepted=True)  # removes both generations
+    assert mine.taken_over(lease) is not None
