@@ -84,7 +84,7 @@ def plan(ledger: Ledger, prepared: PreparedItems) -> Plan:
               for tid, changed in list(out.refused.items())[:REFUSED_LISTED]]
     ledger.put_many(new)
     ledger.order(prepared.task_ids)
-    fields: dict[str, Any] = {"total": len(prepared), "refused": listed,
+    fields: dict[str, Any] = {"total": len(prepared), "kept": out.kept, "refused": listed,
                               "refused_count": len(out.refused)}
     if len(out.refused) > len(listed):  # every id, for `campaign forget --refused`
         fields["refused_ids"] = list(out.refused)

@@ -238,6 +238,7 @@ RUN_FIELDS: Fields = {
 }
 RUN_OPTIONAL: Fields = {
     "total": (_COUNT, "an integer"),
+    "kept": (_COUNT, "an integer"),
     "refused_count": (_COUNT, "an integer"),
     "submission": (_TEXT, "a string"),
     "to_run": (_COUNT, "an integer"),

@@ -48,7 +48,7 @@ def main() -> None:
         page = Path(tmp) / "fits.html"
         report = write_report(ledger, page)
         subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                        "--hide-scrollbars", "--window-size=1400,2200",
+                        "--hide-scrollbars", "--window-size=1400,2600",
                         "--virtual-time-budget=10000", f"--screenshot={args.output}",
                         page.as_uri()], check=True, capture_output=True, timeout=300)
     print(f"wrote {args.output} ({report.plots} plots, {report.tasks} tasks)")

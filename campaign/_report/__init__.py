@@ -14,6 +14,9 @@ from pathlib import Path
 
 #: The most points (glyphs) one plot draws; more are sampled down to this.
 MAX_POINTS = 20_000
+#: The most rows of the page's table of tasks; the rest are counted, not listed
+#: (`campaign results LEDGER --with-records` lists them all).
+MAX_TASK_ROWS = 2_000
 
 
 @dataclass(frozen=True)
@@ -47,4 +50,4 @@ def write_report(ledger: str | os.PathLike[str], output: str | os.PathLike[str],
     return Report(path=Path(output), size=len(payload), plots=plots, tasks=len(data.task_ids))
 
 
-__all__ = ["MAX_POINTS", "Report", "write_report"]
+__all__ = ["MAX_POINTS", "MAX_TASK_ROWS", "Report", "write_report"]

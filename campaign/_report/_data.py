@@ -24,6 +24,7 @@ import numpy as np
 from .._records import Columns, columns
 from .._status import Status
 from . import MAX_POINTS as MAX_POINTS
+from . import MAX_TASK_ROWS
 
 #: The statuses, in the order of their integer codes in the columns.
 STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
@@ -40,6 +41,8 @@ _KEY_SAMPLE = 2000
 #: as each block's records cost the report numpy calls and passes of their own. On a million
 #: records, `campaign report` took about 13 % less CPU time than with 64 KB blocks.
 BLOCK = 256 << 10
+#: The first line of an error message is kept up to this many characters.
+MESSAGE_CHARS = 200
 
 
 @dataclass
@@ -54,6 +57,7 @@ class Attempts:
     started: np.ndarray
     ended: np.ndarray  # now for a running attempt
     resources: dict[str, np.ndarray]  # RESOURCES -> values (nan where not recorded)
+    last: int  # the first `last` rows are the tasks' last attempts (one per task that started)
 
 
 @dataclass
@@ -85,6 +89,10 @@ class Data:
     results: dict[str, np.ndarray] = field(default_factory=dict)  # accepted tasks only
     item_fields: dict[str, np.ndarray] = field(default_factory=dict)  # the scatter's x axis
     columns_left_out: int = 0
+    #: task index -> (error type, the message's first line) of the first MAX_TASK_ROWS failed
+    #: and the first MAX_TASK_ROWS interrupted tasks, in ledger order (what the tasks table
+    #: can show of them)
+    errors: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 def load(path: Path, now: float) -> Data:
@@ -239,6 +247,8 @@ class _Columns:
         self.lanes: dict[Any, int] = {}  # lane key -> index, last attempts' lanes first
         self.groups: dict[str, Failure] = {}
         self.causes: Counter[str] = Counter()
+        self.errors: dict[int, tuple[str, str]] = {}
+        self.kept_errors = {FAILED: 0, INTERRUPTED: 0}
         self.results = _Numeric()
         self.items = _Numeric(exclude=("task_id",))
 
@@ -275,6 +285,7 @@ class _Columns:
         errors = f["error"]
         for i in np.flatnonzero(status == INTERRUPTED).tolist():
             causes[(errors[i] or {}).get("type") or "?"] += 1
+        self._keep_errors(status, errors, first)
         groups = self.groups
         for i in np.flatnonzero(status == FAILED).tolist():
             error = errors[i] or {}
@@ -294,6 +305,19 @@ class _Columns:
         self.results.add([r or {} for r in results] if None in results
                          else list(results))
         self.items.add(list(items))
+
+    def _keep_errors(self, status: np.ndarray, errors: tuple[Any, ...], first: int) -> None:
+        """Keep the error type and message line of failed and interrupted tasks of a chunk
+        (its first task: ``first``), up to MAX_TASK_ROWS of each status."""
+        for code, count in self.kept_errors.items():
+            if count >= MAX_TASK_ROWS:
+                continue
+            for i in np.flatnonzero(status == code)[:MAX_TASK_ROWS - count].tolist():
+                error = errors[i] or {}
+                message = error.get("message") or ""
+                line = message.splitlines()[0] if message else ""
+                self.errors[first + i] = (error.get("type") or "?", line[:MESSAGE_CHARS])
+                self.kept_errors[code] += 1
 
     def _last(self, recs: list[dict[str, Any]], f: dict[str, tuple[Any, ...]], ran: np.ndarray,
               first: int) -> None:
@@ -344,7 +368,7 @@ class _Columns:
                     started=t["started"], ended=t["ended"], duration=t["duration"],
                     attempts=self._attempts(status, t),
                     failures=sorted(self.groups.values(), key=lambda f: -f.count),
-                    interruption_causes=self.causes)
+                    interruption_causes=self.causes, errors=self.errors)
         data.results, data.columns_left_out = _numeric(self.results)
         data.item_fields = _item_axis(self.items)
         return data
@@ -370,7 +394,8 @@ class _Columns:
             started=np.concatenate([t["started"][ran], hist["started"]]),
             ended=end,
             resources={k: np.concatenate([last[k].astype(float), hist[k].astype(float)])
-                       for k in RESOURCES})
+                       for k in RESOURCES},
+            last=len(ran))
 
 
 def _item_axis(items: _Numeric) -> dict[str, np.ndarray]:

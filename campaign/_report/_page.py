@@ -1,24 +1,22 @@
 """The page of `campaign report`: sections of text, tables and bokeh plots in one HTML file.
 
-`render` lays out `_data.Data` in sections (summary, progress, throughput, timeline,
-distributions, failures, interruptions and retries, slowest tasks, results) and returns the
+`render` lays out `_data.Data` in sections (summary, runs, progress, throughput, timeline,
+distributions, failures, interruptions and retries, slowest tasks, results, tasks) and returns the
 page: bokeh's JavaScript and CSS inline (`bokeh.resources.INLINE`), the plots' data embedded,
 nothing loaded from the network.
 """
 
 from __future__ import annotations
 
-import html
-import shlex
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from . import _plots
+from . import _plots, _runs, _tasks
 from ._data import MAX_POINTS, RUNNING, STATUSES, Data
-from ._plots import COLOURS
+from ._html import e, seconds, status_label, table, when
 
 #: Rows of the slowest-tasks table.
 SLOWEST = 15
@@ -38,6 +36,10 @@ table { border-collapse: collapse; margin: 6px 0; } td, th { padding: 2px 10px 2
         text-align: left; vertical-align: top; } th { color: #555; font-weight: 600; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 pre { background: #f4f4f4; padding: 6px 8px; overflow-x: auto; font-size: 12px; margin: 4px 0; }
+tr.detail td { color: #555; font-size: 12px; padding-bottom: 6px; border-bottom: 1px solid #eee; }
+.scroll { max-height: 640px; overflow: auto; } table.tasks th { cursor: pointer; }
+table.tasks th[data-order="up"]::after { content: " \\25B2"; }
+table.tasks th[data-order="down"]::after { content: " \\25BC"; }
 .note { color: #555; } .swatch { display: inline-block; width: 10px; height: 10px;
         border-radius: 2px; margin-right: 4px; }
 </style>{% endblock %}
@@ -79,43 +81,13 @@ class _Page:
         return section
 
 
-def _e(value: Any) -> str:
-    return html.escape(str(value))
-
-
-def _table(head: list[str], rows: list[list[Any]], numeric: Collection[int] = ()) -> str:
-    """An HTML table; cells are HTML already, except those in ``numeric`` columns (escaped and
-    right-aligned)."""
-    th = "".join(f"<th>{_e(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(
-        f'<td class="n">{_e(v)}</td>' if i in numeric else f"<td>{v}</td>"
-        for i, v in enumerate(row)) + "</tr>" for row in rows)
-    return f"<table><tr>{th}</tr>{body}</table>"
-
-
-def _seconds(s: float | None) -> str:
-    from .._format import duration
-
-    return duration(s)
-
-
-def _when(t: float | None) -> str:
-    from .._format import timestamp
-
-    return timestamp(t)
-
-
-def _status_label(code: int) -> str:
-    return f'<span class="swatch" style="background:{COLOURS[code]}"></span>{STATUSES[code]}'
-
-
 def _summary(data: Data) -> str:
     from .._format import rate
     from .._shell import command
 
     f, a = data.facts, data.attempts
     counts = f["counts"]
-    rows = [[_status_label(i), counts.get(s, 0)] for i, s in enumerate(STATUSES)]
+    rows = [[status_label(i), counts.get(s, 0)] for i, s in enumerate(STATUSES)]
     refused = f.get("refused_last_run") or 0
     ran = np.isfinite(a.started)
     first = float(a.started[ran].min()) if ran.any() else None
@@ -124,10 +96,10 @@ def _summary(data: Data) -> str:
     wall = None if first is None or end is None else end - first
     task_time = float(np.nansum(a.ended - a.started)) if ran.any() else 0.0
     cpu = a.resources["cpu_s"]
-    cpu_text = (f"{_seconds(float(np.nansum(cpu)))} ({int(np.isfinite(cpu).sum()):,} attempts)"
+    cpu_text = (f"{seconds(float(np.nansum(cpu)))} ({int(np.isfinite(cpu).sum()):,} attempts)"
                 if np.isfinite(cpu).any() else "not recorded in this ledger")
     if f["active"]:
-        eta = (f"{_seconds(f['eta_s'])} for {f['remaining']:,} task(s) left"
+        eta = (f"{seconds(f['eta_s'])} for {f['remaining']:,} task(s) left"
                if f["eta_s"] is not None else f"unknown ({f['remaining']:,} task(s) left)")
     else:
         eta = f"not running ({f['remaining']:,} task(s) left for the next run)"
@@ -137,9 +109,9 @@ def _summary(data: Data) -> str:
         ["attempts", f"{f['attempts']['total']:,} in all; {f['attempts']['retried_tasks']:,} "
                      f"task(s) ran more than once; {f['attempts']['interruptions']:,} "
                      "interruption(s)"],
-        ["wall time", f"{_seconds(wall)} (first start {_when(first)} to "
+        ["wall time", f"{seconds(wall)} (first start {when(first)} to "
                       f"{'now' if f['active'] else 'last end'})"],
-        ["task time", f"{_seconds(task_time)} (the attempts' durations added up)"],
+        ["task time", f"{seconds(task_time)} (the attempts' durations added up)"],
         ["CPU time", cpu_text],
         ["throughput", f"{rate(f['throughput_per_s'])} (last run)"],
         ["ETA", eta],
@@ -150,60 +122,21 @@ def _summary(data: Data) -> str:
                     if refused else "none in the last run"],
         ["runs", f"{len(data.runs)} recorded; schedulers used: {', '.join(execs) or 'none'}"],
     ]
-    fact_rows = [[_e(k), _e(v)] for k, v in facts]
-    runs = [[_e(r.get("id")), _e(r.get("execution")), _e(r.get("status")),
-             _e(f"{r.get('host')} pid {r.get('pid')}"), _e(_when(r.get("started"))),
-             _e(_when(r.get("ended"))), r.get("total"), _refused_of(r), _e(_command_of(r)),
-             _e(_versions_of(r))] for r in data.runs]
-    return ('<div class="grid"><div>' + _table(["status", "tasks"], rows, {1}) + "</div><div>"
-            + _table(["", ""], fact_rows) + "</div></div>"
-            + (_table(["run", "scheduler", "status", "driver", "started", "ended", "tasks",
-                       "refused", "command", "versions"], runs, {6, 7})
-               if runs else "<p>No run recorded yet.</p>"))
-
-
-#: A run's command line is shown up to this many characters.
-COMMAND_CHARS = 160
-
-
-def _command_of(run: dict[str, Any]) -> str:
-    """The run's command line and folder, as recorded (runs of earlier versions have none)."""
-    argv = run.get("argv")
-    if not isinstance(argv, list) or not argv:
-        return "?"
-    text = shlex.join(str(a) for a in argv)
-    if len(text) > COMMAND_CHARS:
-        text = text[:COMMAND_CHARS - 3] + "..."
-    cwd = run.get("cwd")
-    return f"{text} (in {cwd})" if isinstance(cwd, str) else text
-
-
-def _versions_of(run: dict[str, Any]) -> str:
-    found = run.get("versions")
-    if not isinstance(found, dict) or not found:
-        return "?"
-    return ", ".join(f"{k} {v}" for k, v in found.items())
-
-
-def _refused_of(run: dict[str, Any]) -> int:
-    """How many tasks a run refused (its item changed)."""
-    count = run.get("refused_count")
-    if isinstance(count, int):
-        return count
-    listed = run.get("refused")
-    return len(listed) if isinstance(listed, list) else 0
+    fact_rows = [[e(k), e(v)] for k, v in facts]
+    return ('<div class="grid"><div>' + table(["status", "tasks"], rows, {1}) + "</div><div>"
+            + table(["", ""], fact_rows) + "</div></div>")
 
 
 def _failures(data: Data) -> str:
     if not data.failures:
         return "<p>No task failed.</p>"
-    parts = [_table(["error type", "tasks", "example task", "message"], [
-        [_e(g.type), g.count, _e(g.task_id), _e(g.message.splitlines()[0] if g.message else "")]
+    parts = [table(["error type", "tasks", "example task", "message"], [
+        [e(g.type), g.count, e(g.task_id), e(g.message.splitlines()[0] if g.message else "")]
         for g in data.failures], {1})]
     for g in data.failures:
         text = g.traceback or f"{g.type}: {g.message} (no traceback recorded)"
-        parts.append(f"<details open><summary>{_e(g.type)}: task {_e(g.task_id)}</summary>"
-                     f"<pre>{_e(text)}</pre></details>")
+        parts.append(f"<details open><summary>{e(g.type)}: task {e(g.task_id)}</summary>"
+                     f"<pre>{e(text)}</pre></details>")
     return "".join(parts)
 
 
@@ -216,9 +149,9 @@ def _slowest(data: Data) -> str:
         keep = took >= np.partition(took, took.size - SLOWEST)[took.size - SLOWEST]
         done, took = done[keep], took[keep]
     top = done[np.argsort(-took, kind="stable")[:SLOWEST]]
-    return _table(["task", "seconds", "status", "attempts", "started"], [
-        [_e(data.task_ids[i]), f"{data.duration[i]:.4g}", _status_label(int(data.status[i])),
-         int(data.attempts_per_task[i]), _e(_when(float(data.started[i])))] for i in top], {1})
+    return table(["task", "seconds", "status", "attempts", "started"], [
+        [e(data.task_ids[i]), f"{data.duration[i]:.4g}", status_label(int(data.status[i])),
+         int(data.attempts_per_task[i]), e(when(float(data.started[i])))] for i in top], {1})
 
 
 def _resources(page: _Page, data: Data) -> None:
@@ -238,7 +171,7 @@ def _resources(page: _Page, data: Data) -> None:
             missing.append(f"{title}: not recorded ({key} is absent from this ledger's records)")
         else:
             figs.append(fig)
-    after = "".join(f'<p class="note">{_e(m)}</p>' for m in missing)
+    after = "".join(f'<p class="note">{e(m)}</p>' for m in missing)
     page.add(Section("distributions", "Durations, CPU and memory", after=after, grid=True), figs)
 
 
@@ -260,6 +193,7 @@ def sections(data: Data) -> _Page:
     """The page's sections and figures for ``data``."""
     page = _Page()
     page.add(Section("summary", "Summary", before=_summary(data)))
+    page.add(Section("runs", f"Runs ({len(data.runs)} recorded)", before=_runs.section(data)))
     clock = _plots.clock_of(data)  # one time axis for the three: idle gaps between runs cut
     for key, title, fig, why in (
             ("progress", "Progress", _plots.progress(data, clock), "No task has ended yet."),
@@ -269,13 +203,13 @@ def sections(data: Data) -> _Page:
                  [fig] if fig is not None else [])
     fig, note = _plots.timeline(data, clock)
     page.add(Section("timeline", "Timeline of attempts by worker",
-                     before=f'<p class="note">{_e(note)}</p>' if note else (
+                     before=f'<p class="note">{e(note)}</p>' if note else (
                          "" if fig is not None else "<p>No attempt has started yet.</p>")),
              [fig] if fig is not None else [])
     _resources(page, data)
     page.add(Section("failures", "Failures by error type", before=_failures(data)))
     causes = data.interruption_causes
-    text = (_table(["cause", "interrupted attempts"], [[_e(k), v] for k, v in causes.most_common()],
+    text = (table(["cause", "interrupted attempts"], [[e(k), v] for k, v in causes.most_common()],
                    {1}) if causes else "<p>No attempt was interrupted.</p>")
     bar = _plots.attempts_bar(data)
     page.add(Section("retries", "Interruptions and retries", before=text),
@@ -285,6 +219,7 @@ def sections(data: Data) -> _Page:
                "The tasks by duration, slowest first" if ended != 1 else "The task that ended")
     page.add(Section("slowest", heading, before=_slowest(data)))
     _results(page, data)
+    page.add(Section("tasks", f"Tasks ({len(data.task_ids):,})", before=_tasks.section(data)))
     return page
 
 
@@ -302,12 +237,12 @@ def render(data: Data) -> tuple[str, int]:
     c = data.facts["counts"]
     subtitle = (f"{data.facts['total']:,} tasks: {c['accepted']:,} accepted, {c['failed']:,} "
                 f"failed, {c['running']:,} running, {c['pending'] + c['interrupted']:,} to run. "
-                f"Written {_when(data.now)}. Each plot draws at most {MAX_POINTS:,} points: "
+                f"Written {when(data.now)}. Each plot draws at most {MAX_POINTS:,} points: "
                 "where there are more, its title says it shows a sample; histograms and counts "
                 "use every value.")
     state = "running" if data.facts["active"] else "not running"
     html_text = file_html(document, resources=INLINE, title=f"campaign report: {data.path}",
                           template=_TEMPLATE, template_variables={
-                              "heading": _e(f"Campaign {data.path} ({state})"),
-                              "subtitle": _e(subtitle), "sections": page.sections})
+                              "heading": e(f"Campaign {data.path} ({state})"),
+                              "subtitle": e(subtitle), "sections": page.sections})
     return html_text, len(page.figures)

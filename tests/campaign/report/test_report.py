@@ -223,6 +223,13 @@ def test_100k_tasks_are_sampled_and_the_page_stays_small(tmp_path):
     assert page.stat().st_size <= 5_000_000
     assert "100,000 tasks" in out and "at most 20,000 points" in html
     assert f"{counts['failed']:,}" in html and "ConvergenceError" in html
+    body = html.split('<table id="tasks-table"', 1)[1].split("</tbody>", 1)[0]
+    listed = re.findall(r"</span>(\w+)</td><td>(?:#\d+|-)</td>", body)  # each row's status
+    assert len(listed) == 2_000 and "2,000 of 100,000 tasks are listed" in html
+    assert listed.count("failed") == 1_000 < counts["failed"]  # half of the rows at most
+    assert listed.count("accepted") > 500  # and an even sample of the others
+    assert (f"1,000 of {counts['failed']:,} failed, 0 of {counts['interrupted']:,} interrupted"
+            in html)
     views = render_in_chromium(page, screenshots(tmp_path) / "big.png", plots_in(out))
     names = titles(views)
     assert re.search(r"Timeline: sample of 20,000 of [\d,]+ attempts", names), names
@@ -305,19 +312,74 @@ def test_write_report_from_python(tmp_path):
     assert "KeyError" in html and "x = 2 is out of range" in html
 
 
-def test_the_summary_and_each_run_count_the_refused_tasks_and_show_the_command(tmp_path):
-    ledger = tmp_path / "refusals.json"
-    items = [{"task_id": f"r{i}", "x": i} for i in range(6)]
-    checkpointed_map(run, items, ledger_path=ledger)
-    for item in items[:4]:
-        item["x"] += 100  # four items changed: refused by the second run
-    second = checkpointed_map(run, items + [{"task_id": "r6", "x": 6}], ledger_path=ledger)
-    assert second.counts["refused"] == 4
-    write_report(ledger, tmp_path / "refusals.html")
-    html = (tmp_path / "refusals.html").read_text()
-    assert "4 task(s) in the last run: their item changed" in html
-    runs = html.split("<th>refused</th>", 1)[1].split("</table>", 1)[0]
-    counts = re.findall(r'<td class="n">(\d+)</td><td class="n">(\d+)</td>', runs)
-    assert counts == [("6", "0"), ("7", "4")], runs  # each run's tasks and refused
-    assert runs.count("python 3.") == 2 and "diffsoup-campaign" in runs  # each run's versions
-    assert "pytest" in runs  # each run's command line (this test's)
+#: In the page: the runs table's rows (each run's cells) and the tasks table's rows; then what
+#: the filter box shows for a few words, and the first task after a click (and a second) on the
+#: task column's head.
+TABLES = """(() => {
+  const cells = r => Array.from(r.cells).map(c => c.textContent);
+  const runs = Array.from(document.querySelectorAll("table.runs tbody tr:not(.detail)")).map(cells);
+  const table = document.getElementById("tasks-table"), box = document.getElementById("tasks-filter");
+  const rows = () => Array.from(table.tBodies[0].rows);
+  const shown = words => { box.value = words; box.dispatchEvent(new Event("input"));
+    return rows().filter(r => !r.hidden).map(r => r.cells[0].textContent); };
+  const filtered = {ValueError: shown("ValueError"), refused: shown("refused"),
+                    "failed #5": shown("failed #5"), none: shown("no-such-task")};
+  shown("");
+  const head = table.tHead.rows[0].cells[0];
+  head.click(); const up = rows()[0].cells[0].textContent;
+  head.click(); const down = rows()[0].cells[0].textContent;
+  return {runs, tasks: rows().map(cells), filtered, up, down,
+          counter: document.getElementById("tasks-shown").textContent};
+})()"""
+
+
+def test_a_campaign_run_five_times_has_each_run_with_its_counts_and_a_table_of_its_tasks(
+        tmp_path):
+    """Five runs: the first fails two tasks; the second changes two accepted items (refused);
+    the third adds three tasks; the fourth runs a failing item fixed (its record forgotten);
+    the fifth runs what is left.
+    The runs table gives each run's accepted, failed, refused and kept tasks and its command
+    line; the tasks table lists every task with its run and error, and its filter and sort work
+    in Chromium."""
+    ledger = tmp_path / "five.json"
+    items = [{"task_id": f"t{i:02d}", "x": i, **({"fail": "ValueError"} if i in (3, 8) else {})}
+             for i in range(12)]
+    checkpointed_map(run, items, ledger_path=ledger, max_failures=None)
+    for item in items[:2]:
+        item["x"] += 100  # two accepted items changed: refused from now on
+    checkpointed_map(run, items, ledger_path=ledger, max_failures=None)
+    items += [{"task_id": f"t{i:02d}", "x": i} for i in range(12, 15)]
+    checkpointed_map(run, items, ledger_path=ledger, max_failures=None)
+    del items[3]["fail"]  # a failed task's item fixed and its record forgotten: accepted
+    forget = subprocess.run([PYTHON, "-m", "campaign._cli", "forget", str(ledger), "t03"],
+                            env=child_env(), capture_output=True, text=True, timeout=600)
+    assert forget.returncode == 0, forget.stderr
+    checkpointed_map(run, items, ledger_path=ledger, max_failures=None)
+    fifth = checkpointed_map(run, items, ledger_path=ledger, max_failures=None)
+    assert fifth.counts["refused"] == 2
+    page = tmp_path / "five.html"
+    out = report(ledger, page)
+    html = page.read_text()
+    assert "2 task(s) in the last run: their item changed" in html
+    assert html.count("python 3.") >= 5 and "pytest" in html  # each run's versions and command
+    render_in_chromium(page, screenshots(tmp_path) / "five-runs.png", plots_in(out))
+    with Browser(tmp_path / ".profile-tables", tmp_path / "tables.log") as browser:
+        browser.open(page.as_uri())
+        found = browser.evaluate(TABLES)
+    head = ["tasks", "accepted", "failed", "interrupted", "running", "refused", "kept"]
+    per_run = [dict(zip(head, map(int, row[7:]))) for row in found["runs"]]
+    assert [r["tasks"] for r in per_run] == [12, 12, 15, 15, 15]
+    assert [r["accepted"] for r in per_run] == [10, 0, 3, 1, 0]
+    assert [r["failed"] for r in per_run] == [1, 1, 1, 1, 1]  # t03's failures were forgotten
+    assert [r["refused"] for r in per_run] == [0, 2, 2, 2, 2]
+    assert [r["kept"] for r in per_run] == [0, 8, 8, 11, 12]
+    assert [row[0].split()[0] for row in found["runs"]] == ["#1", "#2", "#3", "#4", "#5"]
+    tasks = {row[0]: row for row in found["tasks"]}
+    assert sorted(tasks) == [f"t{i:02d}" for i in range(15)] and found["counter"] == "15"
+    assert tasks["t08"][1:4] == ["failed", "#5", "5"]  # status, run, attempts
+    assert "ValueError task t08: x = 8 is out of range" in tasks["t08"][6]
+    assert tasks["t03"][1:4] == ["accepted", "#4", "1"] and tasks["t12"][2] == "#3"
+    assert tasks["t00"][1:3] == ["accepted", "#1"] and "refused by run #5" in tasks["t00"][6]
+    assert found["filtered"] == {"ValueError": ["t08"], "refused": ["t00", "t01"],
+                                 "failed #5": ["t08"], "none": []}
+    assert (found["up"], found["down"]) == ("t00", "t14")
