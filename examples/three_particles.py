@@ -4,9 +4,12 @@ The model (`solvers.dae.ParticleModel`) is a sphere discretized radially with an
 surface node, solved by `pdesolve` with `JIDA` (a sparse index-1 DAE); the six experiments (two
 solution concentrations per particle A, B, C) are synthetic, made from known D, k with seeded
 noise (`solvers.dae.particle_experiments`). First each particle is fitted on its own, recorded in
-a checkpointed campaign (the solver page's ``fit_particle``): run it again and finished particles
-are not fitted again. Then all six experiments are fitted jointly, data-parallel over the
-devices (D and k per particle), and both are printed against the truth with standard errors.
+a checkpointed campaign (the solver page's ``fit_particle``). Then all six experiments are
+fitted jointly, data-parallel over the devices (D and k per particle), as one more task of the
+same ledger. Both are printed against the truth with standard errors. Run it again and nothing
+is fitted again: every fit is kept from the ledger (a change of PARTICLES_CELLS or
+PARTICLES_TIMES changes the items, so the ledger refuses the old fits: `campaign forget LEDGER
+--refused`, or another LEDGER).
 
     python examples/three_particles.py [LEDGER]        # default: three_particles.json
 
@@ -33,9 +36,9 @@ from campaign import checkpointed_map  # noqa: E402
 from solvers.dae import (  # noqa: E402
     PARTICLES,
     SOLUTIONS,
+    TIMES,
     ParticleModel,
     ParticleSpec,
-    TIMES,
     particle_experiments,
 )
 
@@ -65,6 +68,23 @@ def fit_particle(item):
             "D_se": res.standard_error(D), "k_se": res.standard_error(k)}
 
 
+def fit_jointly(item):
+    """All six experiments at once, split over the devices; D and k per particle."""
+    problem = ds.inference.InferenceProblem(experiments, per_experiment=(D, k),
+                                            groups=lambda e: e.id.split("-")[0])
+    layout = ds.Layout(mesh=ds.global_mesh(("data",)))
+    lowered = ds.lower(problem, layout=layout)
+    res = ds.inference.optsolve(lowered, ds.inference.TrustRegion(grad_tol=GRAD_TOL))
+    fits = {}  # a result is flat: "A D", "A D_se", ...
+    for name in PARTICLES:
+        fits |= {f"{name} D": float(res[D, name]), f"{name} k": float(res[k, name]),
+                 f"{name} D_se": res.standard_error((D, name)),
+                 f"{name} k_se": res.standard_error((k, name))}
+    return {"converged": bool(res.converged), "cost": float(res.cost), **fits,
+            "devices": len(jax.devices()),
+            "per_device": str([len(a) for a in lowered.assignment])}
+
+
 def report(name: str, fitted: dict[str, float]) -> str:
     """One line: fitted values, standard errors, and how many of them from the truth."""
     parts = []
@@ -78,7 +98,8 @@ def report(name: str, fitted: dict[str, float]) -> str:
 def main(ledger_path: str = "three_particles.json") -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     start = time.perf_counter()
-    items = [{"task_id": name} for name in PARTICLES]
+    size = {"cells": CELLS, "times": N_TIMES}  # in the items: other sizes are other fits
+    items = [{"task_id": name, **size} for name in PARTICLES]
     campaign = checkpointed_map(fit_particle, items, ledger_path=ledger_path)
     print(f"per-particle fits (checkpointed in {ledger_path}): {campaign}; {campaign.summary} "
           f"({campaign.elapsed:.1f} s)")
@@ -89,19 +110,18 @@ def main(ledger_path: str = "three_particles.json") -> None:
     for failure in campaign.failures:
         print(f"  {failure}")
 
-    # All six experiments at once, split over the devices; D and k per particle.
-    problem = ds.inference.InferenceProblem(experiments, per_experiment=(D, k),
-                                            groups=lambda e: e.id.split("-")[0])
-    layout = ds.Layout(mesh=ds.global_mesh(("data",)))
-    lowered = ds.lower(problem, layout=layout)
-    res = ds.inference.optsolve(lowered, ds.inference.TrustRegion(grad_tol=GRAD_TOL))
-    print(f"joint fit of {len(experiments)} experiments on {len(jax.devices())} devices "
-          f"(experiments per device: {[len(a) for a in lowered.assignment]}): "
-          f"converged = {res.converged}, cost = {res.cost:.4g}")
-    for name in PARTICLES:
-        fitted = {"D": res[D, name], "k": res[k, name], "D_se": res.standard_error((D, name)),
-                  "k_se": res.standard_error((k, name))}
-        print(report(name, fitted))
+    joint = checkpointed_map(fit_jointly, [{"task_id": "joint", **size}],
+                             ledger_path=ledger_path)
+    res = joint.result("joint")
+    if res is None:
+        print(f"joint fit: {joint.failures[0] if joint.failures else joint}")
+    else:
+        print(f"joint fit of {len(experiments)} experiments on {res['devices']} devices "
+              f"(experiments per device: {res['per_device']}), checkpointed in {ledger_path}: "
+              f"{joint.summary}; converged = {res['converged']}, cost = {res['cost']:.4g}")
+        for name in PARTICLES:
+            print(report(name, {key.split()[1]: value for key, value in res.items()
+                                if key.startswith(f"{name} ")}))
 
     # What the solver does for one experiment (the solve that made the data of A-1: the same
     # compiled program, so this costs no compilation).

@@ -235,8 +235,11 @@ def render(data: Data) -> tuple[str, int]:
         for fig in page.figures:
             document.add_root(fig)
     c = data.facts["counts"]
+    left = data.facts["remaining"]
     subtitle = (f"{data.facts['total']:,} tasks: {c['accepted']:,} accepted, {c['failed']:,} "
-                f"failed, {c['running']:,} running, {c['pending'] + c['interrupted']:,} to run. "
+                f"failed, {c['running']:,} running, {c['pending']:,} pending, "
+                f"{c['interrupted']:,} interrupted; {left:,} left "
+                f"{'to run' if data.facts['active'] else 'for the next run'}. "
                 f"Written {when(data.now)}. Each plot draws at most {MAX_POINTS:,} points: "
                 "where there are more, its title says it shows a sample; histograms and counts "
                 "use every value.")
