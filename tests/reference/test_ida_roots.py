@@ -9,6 +9,10 @@ t = 2.6402e-01 (found in step 27) and y1 - 1e-4 falling at t = 2.0788e+07.
   (y1 at 4e6: 5.1693e-04 against IDA's 5.1674e-04, see test_ida_examples.py); as y1 falls like
   1 / t there, the root moves by the same relative amount: 2.0801e+07, 6e-4 from IDA's. Its
   printed state (y1 = 1e-4 by construction, and y2, y3) equals IDA's digit for digit.
+- Neither printed digit set is the exact root's: scipy's Radau at rtol 1e-11 on the reduced ODE
+  puts y1 = 1e-4 at t = 2.07955e+07 (2.6402e-01 for the first). IDA's 2.0788e+07 is 3.6e-4 below
+  it, JIDA's 2.0801e+07 2.6e-4 above: at IDA's tolerances (rtol 1e-4) the fourth digit of this
+  root is the solver's global error, and JIDA's is no larger than IDA's.
 """
 
 from __future__ import annotations
@@ -77,6 +81,37 @@ def test_the_printed_roots_are_idas():
     shorter = JIDA(linear="dense", rtol=ROBERTS_RTOL, atol=np.array(ROBERTS_ATOL),
                    initialize=False, max_steps=nst_a - 1)
     assert np.isnan(np.asarray(_roberts(Roots(grob), solver=shorter).root_ts)).all()
+
+
+def _exact_roots():
+    """Both roots of the reduced ODE (y3 = 1 - y1 - y2), by scipy's Radau at rtol 1e-11."""
+    from scipy.integrate import solve_ivp
+
+    def f(t, y):
+        y1, y2 = y
+        return [-0.04 * y1 + 1e4 * y2 * (1 - y1 - y2),
+                0.04 * y1 - 1e4 * y2 * (1 - y1 - y2) - 3e7 * y2 * y2]
+
+    def y3_rises(t, y):
+        return 1 - y[0] - y[1] - 0.01
+
+    def y1_falls(t, y):
+        return y[0] - 1e-4
+
+    sol = solve_ivp(f, (0.0, 4e10), [1.0, 0.0], method="Radau", rtol=1e-11,
+                    atol=[1e-20, 1e-24], events=[y3_rises, y1_falls])
+    assert sol.success, sol.message
+    return float(sol.t_events[0][0]), float(sol.t_events[1][0])
+
+
+def test_the_second_root_is_no_farther_from_the_exact_one_than_idas():
+    exact_a, exact_b = _exact_roots()
+    (t_a, *_), (t_b, *_) = roberts_roots()
+    roots = np.asarray(_roberts(Roots(grob, max_roots=2)).root_ts)
+    assert f"{exact_a:.4e}" == f"{roots[0]:.4e}" == f"{t_a:.4e}"
+    ours, idas = abs(roots[1] / exact_b - 1), abs(t_b / exact_b - 1)
+    assert 1e-5 < idas < 1e-3, (exact_b, t_b)    # IDA's own fourth digit is its global error
+    assert ours <= idas, (roots[1], t_b, exact_b)
 
 
 def test_a_terminal_root_ends_the_solve_there():
