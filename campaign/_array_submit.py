@@ -137,7 +137,7 @@ def submit_array(items: Iterable[Mapping[str, Any]], *, ledger_path: str | os.Pa
     job_id = job.submit(text)
     if on_submitted is not None:  # before the ledger knows it: a kill now leaves it held
         on_submitted(job_id)
-    sub = _record(planned, job_id, job.log_dir)
+    sub = _record(planned, job_id, job.log_dir, job.requested())
     _release(job_id)
     return ArraySubmission(job_id, sub.id, sub.ledger, array, len(sub.plan.to_run),
                            sub.plan.kept, len(sub.plan.refused), job.log_dir, text)
@@ -168,6 +168,18 @@ class _ArrayJob:
         except (TypeError, ValueError) as exc:
             raise SubmitError(str(exc)) from exc
 
+    def requested(self) -> dict[str, int]:
+        """What each element asks Slurm for: ``cpus`` (``cpus_per_task``, Slurm's default of
+        one without it) and, with ``mem``, ``memory_bytes`` (a partition's default memory is
+        not known here)."""
+        from schedulers.slurm import slurm_memory_bytes
+
+        cpus = self.options.get("cpus_per_task")
+        out = {"cpus": int(cpus) if cpus else 1}
+        if self.options.get("mem"):
+            out["memory_bytes"] = slurm_memory_bytes(self.options["mem"])
+        return out
+
     def submit(self, text: str) -> str:
         from schedulers.slurm import SlurmCommandError, sbatch
 
@@ -177,14 +189,15 @@ class _ArrayJob:
             raise SubmitError(f"sbatch failed, nothing was submitted or written: {exc}") from exc
 
 
-def _record(planned: PlannedSubmission, job: str, log_dir: Path) -> Submission:
+def _record(planned: PlannedSubmission, job: str, log_dir: Path,
+            requested: dict[str, int]) -> Submission:
     """Write the submitted job (held until now) to the ledger; if writing fails, cancel the
     job, so that nothing runs that the ledger does not know of."""
     from schedulers.slurm import SlurmCommandError, scancel
 
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
-        return planned.record(job)
+        return planned.record(job, requested)
     except BaseException:
         try:
             scancel(job)

@@ -191,6 +191,9 @@ class _Run:
                                      elapsed=time.monotonic() - self.begun)
 
     def _plan(self) -> None:
+        requested = self.scheduler.requested()
+        if requested:  # before the plan's flush: durable with the run's other fields
+            self.ledger.set_run(requested=requested)
         planned = plan(self.ledger, self.items)
         to_run = planned.to_run.indices
         self.items.keep_only(to_run)  # the kept and refused items are not needed again

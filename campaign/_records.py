@@ -249,6 +249,7 @@ RUN_OPTIONAL: Fields = {
     "argv": (_LIST, "a list of strings"),
     "cwd": (_TEXT, "a string"),
     "versions": (frozenset({dict}), "an object"),
+    "requested": (frozenset({dict}), "an object"),
 }
 _STATUSES = frozenset(s.value for s in Status)
 _RUN_STATUSES = frozenset(RUN_STATUSES)

@@ -50,9 +50,11 @@ class PlannedSubmission:
     prepared: PreparedItems = field(repr=False)
     _driver: Ledger = field(repr=False)
 
-    def record(self, job: str | None = None) -> Submission:
+    def record(self, job: str | None = None,
+               requested: dict[str, int] | None = None) -> Submission:
         """Write the submission: the new tasks pending (changed items refused, accepted tasks
-        kept), the task list the workers claim from, and a ``submitted`` run (with ``job``).
+        kept), the task list the workers claim from, and a ``submitted`` run (with ``job``, and
+        ``requested``: what each element asked Slurm for, `Scheduler.requested`'s form).
 
         Raises `DriverBusyError` when a driver or array workers took the ledger meanwhile.
         """
@@ -64,6 +66,8 @@ class PlannedSubmission:
             fields: dict[str, Any] = {"submission": ledger.run_id, "to_run": len(planned.to_run)}
             if job is not None:
                 fields["job"] = job
+            if requested:
+                fields["requested"] = dict(requested)
             ledger.set_run(**fields)
         except BaseException:
             ledger.close(RunStatus.CRASHED)

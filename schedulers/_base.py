@@ -37,6 +37,13 @@ class Scheduler(abc.ABC):
         """
         return 1
 
+    def requested(self) -> dict[str, int] | None:
+        """What each worker process was given by a resource manager: ``cpus`` and
+        ``memory_bytes`` (either may be absent), recorded in the run's entry so that
+        `campaign report` can set each attempt's CPU time and peak memory against it. None
+        (the default) where nothing was requested: the workers share this machine."""
+        return None
+
     def start(self, fn: Callable[[Any], Any], report: Report) -> None:
         self.fn = fn
         self.report = report

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _plots, _runs, _tasks
+from . import _plots, _runs, _tasks, _use
 from ._data import MAX_POINTS, RUNNING, STATUSES, Data
 from ._html import e, seconds, status_label, table, when
 
@@ -171,7 +171,16 @@ def _resources(page: _Page, data: Data) -> None:
             missing.append(f"{title}: not recorded ({key} is absent from this ledger's records)")
         else:
             figs.append(fig)
-    after = "".join(f'<p class="note">{e(m)}</p>' for m in missing)
+    use = _use.of(data)
+    cpu_unit = "% of the CPUs requested" if use.cpus_requested else "% of one core"
+    for values, title, unit in ((use.cpu_pct, "CPU use of attempts", cpu_unit),
+                                (use.memory_pct[~np.isnan(use.memory_pct)],  # those requested
+                                 "Peak memory of attempts against the request",
+                                 "% of the memory requested")):
+        fig = _plots.histogram(values, title, unit, colour="#55a868")
+        figs += [fig] if fig is not None else []
+    said = _use.note(use, len(a.started))
+    after = "".join(f'<p class="note">{e(m)}</p>' for m in [said, *missing] if m)
     page.add(Section("distributions", "Durations, CPU and memory", after=after, grid=True), figs)
 
 

@@ -16,6 +16,7 @@ from ._commands import slurm_available as slurm_available
 from ._script import format_walltime as format_walltime
 from ._script import parse_walltime as parse_walltime
 from ._script import render_array_script as render_array_script
+from ._script import slurm_memory_bytes as slurm_memory_bytes
 from ._watch import Backoff as Backoff
 from ._watch import JobWatcher as JobWatcher
 from ._watch import all_ended as all_ended

@@ -159,6 +159,15 @@ class SlurmScheduler(DaskScheduler):
             self.cluster_options["security"] = security
         self.cluster: Any = None
 
+    def requested(self) -> dict[str, int]:
+        """Each dask worker process's share of a worker job: ``cores / processes`` CPUs and
+        ``memory / processes`` bytes (dask's units: ``"2GB"`` is 2e9 bytes, ``"2GiB"`` 2**30)."""
+        from dask.utils import parse_bytes
+
+        processes = self.processes
+        return {"cpus": self.cluster_options["cores"] // processes,
+                "memory_bytes": int(parse_bytes(self.cluster_options["memory"])) // processes}
+
     @property
     def slots(self) -> int:
         # As many tasks in flight as the largest cluster runs at once (twice over), not the

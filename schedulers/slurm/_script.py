@@ -99,6 +99,20 @@ def render_array_script(
     return "\n".join(lines) + "\n"
 
 
+#: The unit of a Slurm memory size without a suffix, and what each suffix multiplies by.
+_MEMORY_UNITS = {"": 1 << 20, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def slurm_memory_bytes(text: str) -> int:
+    """Bytes of a Slurm memory size (``--mem``): digits with K, M (the default), G or T, each
+    1024 times the one before, as Slurm reads them (``"4G"`` is 4 GiB, ``"500"`` 500 MiB)."""
+    if not isinstance(text, str) or not _MEMORY.fullmatch(text):
+        raise ValueError(f"{text!r} is not a Slurm memory size; write e.g. '4G', '500M' or "
+                         "'500' (MiB)")
+    digits = text.rstrip("KMGT")
+    return int(digits) * _MEMORY_UNITS[text[len(digits):]]
+
+
 def parse_walltime(text: str | int) -> int:
     """Seconds in a Slurm time (``"MM"``, ``"MM:SS"``, ``"HH:MM:SS"``, ``"D-HH"``,
     ``"D-HH:MM"``, ``"D-HH:MM:SS"``); an int is taken as seconds. Raises `ValueError`."""

@@ -213,13 +213,17 @@ def test_submit_array_runs_the_workers_it_is_given_and_returns_what_it_did(tmp_p
     items = orjson.loads((tmp_path / "items.json").read_bytes())
     worker = worker_script(tmp_path)
     done = submit_array(items, ledger_path=ledger, array="0-1", workdir=tmp_path,
-                        command=lambda submission: [PYTHON, str(worker), submission])
+                        command=lambda submission: [PYTHON, str(worker), submission],
+                        mem="200M")
     assert done.job is not None and done.job.isdigit()
     assert (done.to_run, done.kept, done.refused) == (4, 0, 0)
     assert done.script is not None and "#SBATCH --array=0-1" in done.script
     assert f"worker.py {done.submission}" in done.script and "#SBATCH --hold" in done.script
     run = read_ledger(ledger)["runs"][-1]
     assert (run["id"], run["job"], run["status"]) == (done.submission, done.job, "submitted")
+    assert "#SBATCH --mem=200M" in done.script
+    # what each element asked for, for the report (one CPU: Slurm's default)
+    assert run["requested"] == {"cpus": 1, "memory_bytes": 200 << 20}
     wait_for_job(done.job)
     assert {r["status"] for r in read_ledger(ledger)["tasks"].values()} == {"accepted"}
     again = submit_array(items, ledger_path=ledger, array="0-1", workdir=tmp_path,

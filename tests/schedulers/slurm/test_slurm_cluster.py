@@ -138,6 +138,20 @@ def test_bad_slurm_options_are_clear_errors(options, message):
         make_scheduler("slurm", **options)
 
 
+@pytest.mark.parametrize("options, requested", [
+    (dict(), {"cpus": 1, "memory_bytes": 2 * 10**9}),                    # the defaults: 2GB
+    (dict(cores=4, memory="8GiB", processes=2), {"cpus": 2, "memory_bytes": 4 << 30}),
+    (dict(cores=3, memory="1.5 GB"), {"cpus": 3, "memory_bytes": 1_500_000_000}),
+])
+def test_each_worker_process_is_said_to_have_its_share_of_the_job(options, requested):
+    assert make_scheduler("slurm", **options).requested() == requested
+
+
+def test_a_local_scheduler_requests_nothing():
+    assert make_scheduler("serial").requested() is None
+    assert make_scheduler("processes").requested() is None
+
+
 def runs_by_task(marks: Path) -> dict[str, list[tuple[int, str, float]]]:
     runs: dict[str, list[tuple[int, str, float]]] = {}
     for mark in marks.iterdir():
@@ -175,6 +189,9 @@ def test_every_task_runs_on_slurm_job_workers_and_the_jobs_end(slurm, tmp_path):
     camp = checkpointed_map(mark_then_sleep, items, ledger_path=tmp_path / "l.json",
                             execution="slurm", min_jobs=2, max_jobs=4, **slurm)
     assert camp.complete and len(camp.results) == 200
+    # each worker process's share of its job (memory="1GB", dask's units), for the report
+    assert read_ledger(tmp_path / "l.json")["runs"][-1]["requested"] == {
+        "cpus": 1, "memory_bytes": 10**9}
     runs = check_nothing_ran_after_acceptance(tmp_path / "l.json", marks)
     jobs = {r["job"] for r in camp.results}
     assert len(jobs) <= 4 and "none" not in jobs  # how many of them ran tasks is dask's choice

@@ -34,6 +34,7 @@ from schedulers.slurm import (
     sbatch,
     scancel,
     slurm_available,
+    slurm_memory_bytes,
 )
 
 REFERENCE = Path(__file__).parent / "slurm_reference"
@@ -121,6 +122,19 @@ def test_invalid_options_are_clear_errors(change, message):
 def test_walltimes_in_every_slurm_form(text, seconds):
     assert parse_walltime(text) == seconds
     assert parse_walltime(format_walltime(seconds)) == seconds
+
+
+@pytest.mark.parametrize("text, size", [
+    ("500", 500 << 20), ("500M", 500 << 20), ("64K", 64 << 10), ("4G", 4 << 30), ("2T", 2 << 40),
+])
+def test_memory_sizes_in_slurms_units(text, size):
+    assert slurm_memory_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["4GB", "lots", "", "1.5G", 4])
+def test_a_memory_size_slurm_would_refuse_is_refused_with_the_value(text):
+    with pytest.raises(ValueError, match=f"{text!r} is not a Slurm memory size"):
+        slurm_memory_bytes(text)
 
 
 def test_backoff_doubles_to_its_cap():
