@@ -159,14 +159,15 @@ def _resources(page: _Page, data: Data) -> None:
     figs, missing = [], []
     ended = a.status != RUNNING
     took = _plots.histogram((a.ended - a.started)[ended], "Duration of ended attempts",
-                            "seconds")
+                            "duration", seconds=True)
     figs += [took] if took is not None else []
-    for key, title, unit, scale in (("cpu_s", "CPU time of attempts", "CPU seconds", 1.0),
+    for key, title, unit, scale in (("cpu_s", "CPU time of attempts", "CPU time", 1.0),
                                     ("peak_rss_bytes", "Peak memory (RSS) of attempts", "MiB",
                                      2.0 ** -20),
                                     ("gpu_peak_bytes", "GPU peak memory of attempts", "MiB",
                                      2.0 ** -20)):
-        fig = _plots.histogram(a.resources[key] * scale, title, unit, colour="#8172b3")
+        fig = _plots.histogram(a.resources[key] * scale, title, unit, colour="#8172b3",
+                               seconds=key == "cpu_s")
         if fig is None:
             missing.append(f"{title}: not recorded ({key} is absent from this ledger's records)")
         else:

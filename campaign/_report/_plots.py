@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 from bokeh.models import ColumnDataSource, HoverTool
-from bokeh.models.annotations import Span
+from bokeh.models.annotations import Legend, Span, Title
 from bokeh.plotting import figure
 
 from ._clock import Clock, make_clock
@@ -26,13 +26,32 @@ _HEIGHT = 280
 _TOOLS = "pan,wheel_zoom,box_zoom,reset,save"
 
 
-def _figure(title: str, **kwargs: Any) -> Any:
+#: Ticks on the x axis of a plot in the page's grid (about 420 pixels wide): labels that fit.
+_GRID_TICKS = 5
+
+
+def _figure(title: str, detail: str = "", *, legend: bool = False, **kwargs: Any) -> Any:
+    """A figure titled ``title`` with ``detail`` (counts, what was left out, bin widths) on a
+    second, lighter line below it, so that a narrow plot cuts neither; with ``legend``, its
+    legend (filled by the glyphs' ``legend_label``) goes under the plot, never over the data."""
     kwargs.setdefault("height", _HEIGHT)
-    fig = figure(title=title, sizing_mode="stretch_width", tools=_TOOLS, toolbar_location="right",
+    fig = figure(title=None, sizing_mode="stretch_width", tools=_TOOLS, toolbar_location="right",
                  **kwargs)
-    fig.title.text_font_size = "13px"  # type: ignore[union-attr]  # a Title: figure(title=str)
+    if detail:  # the panel nearest the plot: under the title added next
+        fig.add_layout(Title(text=detail, text_font_size="11px", text_font_style="normal",
+                             text_color="#555555"), "above")
+    fig.add_layout(Title(text=title, text_font_size="13px"), "above")
+    if legend:
+        fig.add_layout(Legend(orientation="horizontal", location="center",
+                              border_line_alpha=0), "below")
     fig.toolbar.logo = None
     return fig
+
+
+def title_of(fig: Any) -> str:
+    """The figure's title and its detail, as one line: ``title (detail)``."""
+    titles = [str(t.text) for t in fig.above if isinstance(t, Title)][::-1]
+    return titles[0] + (f" ({titles[1]})" if len(titles) > 1 else "")
 
 
 def clock_of(data: Data) -> Clock:
@@ -51,12 +70,14 @@ def clock_of(data: Data) -> Clock:
 def _time_figure(title: str, clock: Clock, **kwargs: Any) -> Any:
     """A figure whose x axis is ``clock``'s: the clock (datetime), or running time in seconds
     with each cut gap marked by a dotted line and counted in the title."""
+    detail = kwargs.pop("detail", "")
     if not clock.cut:
-        return _figure(title, x_axis_type="datetime", **kwargs)
+        return _figure(title, detail, x_axis_type="datetime", **kwargs)
     gaps = clock.cuts
     longest = max(c.seconds for c in gaps)
-    fig = _figure(f"{title} ({len(gaps)} idle gap(s) between runs cut, the longest "
-                  f"{longest:.3g} s)", x_axis_label="running time (s)", **kwargs)
+    cut = f"{len(gaps)} idle gap(s) between runs cut, the longest {longest:.3g} s"
+    fig = _figure(title, f"{detail}; {cut}" if detail else cut,
+                  x_axis_label="running time (s)", **kwargs)
     for c in gaps:
         fig.add_layout(Span(location=c.at, dimension="height", line_dash="dotted",
                             line_color="#777777"))
@@ -85,7 +106,8 @@ def progress(data: Data, clock: Clock | None = None) -> Any:
     """Cumulative accepted and failed tasks over time (a step line each, from 0 at the first
     start)."""
     clock = clock_of(data) if clock is None else clock
-    fig = _time_figure("Progress: tasks accepted and failed so far", clock, y_axis_label="tasks")
+    fig = _time_figure("Progress: tasks accepted and failed so far", clock, y_axis_label="tasks",
+                       legend=True)
     begun = np.concatenate([data.attempts.started, [float(r["started"]) for r in data.runs
                                                     if isinstance(r.get("started"),
                                                                   (int, float))]])
@@ -108,7 +130,6 @@ def progress(data: Data, clock: Clock | None = None) -> Any:
     if data.facts.get("active"):
         fig.add_layout(Span(location=float(clock(np.array([data.now]))[0]), dimension="height",
                             line_dash="dashed", line_color="#555555"))
-    fig.legend.location = "top_left"
     return fig
 
 
@@ -123,8 +144,8 @@ def throughput(data: Data, bins: int = 120, clock: Clock | None = None) -> Any:
     counts, edges = np.histogram(ended, bins=min(bins, max(10, ended.size // 5)))
     width = (edges[1] - edges[0]) / clock.seconds(1.0)
     unit, per = ("second", 1.0) if width < 10 else ("minute", 60.0)
-    fig = _time_figure(f"Throughput: tasks ended per {unit} ({width:.3g} s bins)", clock,
-                       y_axis_label=f"tasks / {unit}")
+    fig = _time_figure(f"Throughput: tasks ended per {unit}", clock,
+                       detail=f"{width:.3g} s bins", y_axis_label=f"tasks / {unit}")
     fig.quad(left=edges[:-1], right=edges[1:], bottom=0, top=counts * per / width,
              color="#4c72b0", line_color=None)
     return fig
@@ -149,7 +170,7 @@ def timeline(data: Data, clock: Clock | None = None) -> tuple[Any, str]:
     order = {lane: i for i, lane in enumerate(sorted(lanes, key=lambda j: a.lanes[j]))}
     pick = rows[sample(rows.size, MAX_POINTS, first=a.status[rows] != ACCEPTED)]
     fig = _time_figure(f"Timeline: {_of(pick.size, int(ok.sum()), 'attempts')} by worker", clock,
-                       height=max(_HEIGHT, 26 * len(order) + 90))
+                       height=max(_HEIGHT, 26 * len(order) + 110), legend=True)
     y = np.array([order[j] for j in a.lane[pick]], dtype=np.float64) if pick.size else np.empty(0)
     for code in (ACCEPTED, FAILED, INTERRUPTED, RUNNING):
         sel = a.status[pick] == code
@@ -170,8 +191,6 @@ def timeline(data: Data, clock: Clock | None = None) -> tuple[Any, str]:
     fig.yaxis.major_label_overrides = {i: a.lanes[j] for j, i in order.items()}
     fig.add_tools(HoverTool(tooltips=[("task", "@task"), ("attempt", "@attempt"),
                                       ("seconds", "@seconds{0.000}")]))
-    fig.legend.location = "top_left"
-    fig.legend.orientation = "horizontal"
     return fig, note
 
 
@@ -181,12 +200,29 @@ def _darker(colour: str, factor: float = 0.6) -> str:
     return "#" + "".join(f"{int(c * factor):02x}" for c in channels)
 
 
-def histogram(values: np.ndarray, title: str, x_label: str, colour: str = "#4c72b0") -> Any:
+#: Units of a time axis: the first whose limit exceeds the largest value (in seconds).
+_TIME_UNITS = ((1e-3, "us", 1e6), (1.0, "ms", 1e3), (120.0, "s", 1.0), (7200.0, "min", 1 / 60),
+               (np.inf, "h", 1 / 3600))
+
+
+def _time_unit(high: float) -> tuple[str, float]:
+    """A unit for seconds whose largest value is ``high``, and the factor to it: ticks read
+    ``20 50 100 ms``, not ``2.000e-5 5.000e-5``."""
+    return next((unit, factor) for limit, unit, factor in _TIME_UNITS if high < limit)
+
+
+def histogram(values: np.ndarray, title: str, x_label: str, colour: str = "#4c72b0", *,
+              seconds: bool = False) -> Any:
     """Counts of the finite ``values`` in up to 40 bins (log-spaced where they are all
-    positive and span more than two decades); None when there are none."""
+    positive and span more than two decades); None when there are none. ``seconds``: the
+    values are seconds, shown in a unit that suits them (µs to hours, named in the axis label
+    as ``x_label (unit)``)."""
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return None
+    if seconds:
+        unit, factor = _time_unit(float(np.abs(finite).max()))
+        finite, x_label = finite * factor, f"{x_label} ({'µs' if unit == 'us' else unit})"
     left_out = int(values.size - finite.size)
     low, high = float(finite.min()), float(finite.max())
     logx = low > 0 and high / low > 100
@@ -200,11 +236,12 @@ def histogram(values: np.ndarray, title: str, x_label: str, colour: str = "#4c72
             [low - abs(low) * 0.05, high + abs(high) * 0.05])
     counts, edges = np.histogram(finite, bins=edges)
     also = f"; {left_out:,} NaN or infinite left out" if left_out else ""
-    fig = _figure(f"{title} ({finite.size:,} values{also})", x_axis_label=x_label,
-                  y_axis_label="count", x_axis_type="log" if logx else "linear", height=240)
+    fig = _figure(title, f"{finite.size:,} values{also}", x_axis_label=x_label,
+                  y_axis_label="count", x_axis_type="log" if logx else "linear", height=250)
     fig.quad(left=edges[:-1], right=edges[1:], bottom=0, top=counts, color=colour,
              line_color="white")
     _whole_counts(fig)
+    fig.xaxis[0].ticker.desired_num_ticks = _GRID_TICKS
     return fig
 
 
@@ -220,7 +257,7 @@ def attempts_bar(data: Data) -> Any:
         return None
     most = int(data.attempts_per_task.max())
     fig = _figure("Retries: tasks by number of attempts", x_axis_label="attempts",
-                  y_axis_label="tasks", height=240)
+                  y_axis_label="tasks", height=270, legend=True)
     bottom = np.zeros(most + 1)
     for code in (ACCEPTED, FAILED, INTERRUPTED, RUNNING):
         counts = np.bincount(data.attempts_per_task[ran & (data.status == code)],
@@ -232,7 +269,6 @@ def attempts_bar(data: Data) -> Any:
             bottom = bottom + counts  # a new array: the glyph keeps the old one
     fig.xaxis.ticker = list(range(1, most + 1))
     _whole_counts(fig)
-    fig.legend.location = "top_right"
     return fig
 
 
@@ -243,9 +279,9 @@ def scatter(x: np.ndarray, y: np.ndarray, x_label: str, y_label: str) -> Any:
     if rows.size == 0:
         return None
     pick = rows[sample(rows.size, MAX_POINTS, seed=1)]
-    fig = _figure(f"{y_label} against item field {x_label} "
-                  f"({_of(pick.size, rows.size, 'results')})", x_axis_label=x_label,
-                  y_axis_label=y_label, height=240)
+    fig = _figure(f"{y_label} against item field {x_label}", _of(pick.size, rows.size, "results"),
+                  x_axis_label=x_label, y_axis_label=y_label, height=250)
+    fig.xaxis[0].ticker.desired_num_ticks = _GRID_TICKS
     fig.scatter(x[pick].astype(np.float32), y[pick].astype(np.float32), size=3, alpha=0.5,
                 color="#4c72b0")
     return fig

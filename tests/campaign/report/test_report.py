@@ -42,7 +42,9 @@ RENDERED = """(async () => {
   return {roots: roots().length, views: views().map(v => {
     const box = v.el.getBoundingClientRect();
     const canvas = v.canvas_view ? v.canvas_view.el.shadowRoot.querySelector("canvas") : null;
-    return {name: v.model.name, title: v.model.title ? v.model.title.text : null,
+    // the title and its detail line (campaign._report._plots.title_of)
+    const ts = v.model.above.filter(a => typeof a.text === "string").map(a => a.text).reverse();
+    return {name: v.model.name, title: ts.length ? ts[0] + (ts[1] ? ` (${ts[1]})` : "") : null,
             width: box.width, height: box.height,
             canvas: canvas ? [canvas.width, canvas.height] : null, finished: v.has_finished(),
             glyphs_with_data: v.model.renderers.filter(

@@ -50,7 +50,7 @@ def test_a_campaign_run_three_times_with_pauses_is_drawn_without_them(tmp_path):
     assert span < 0.5 * wall  # the pauses (3 s of the wall time) are left out
     for fig in (_plots.progress(data, clock), _plots.throughput(data, clock=clock),
                 _plots.timeline(data, clock)[0]):
-        assert "2 idle gap(s) between runs cut" in fig.title.text
+        assert "2 idle gap(s) between runs cut" in _plots.title_of(fig)
         assert fig.xaxis[0].axis_label == "running time (s)"
     write_report(ledger, tmp_path / "resumed.html")
     assert "idle gap(s) between runs cut" in (tmp_path / "resumed.html").read_text()
@@ -59,5 +59,38 @@ def test_a_campaign_run_three_times_with_pauses_is_drawn_without_them(tmp_path):
 def test_histograms_say_what_they_left_out_and_count_in_whole_numbers():
     values = np.array([1.0, 2.0, 2.5, np.nan, np.inf, 3.0])
     fig = _plots.histogram(values, "result y", "y")
-    assert fig.title.text == "result y (4 values; 2 NaN or infinite left out)"
+    assert _plots.title_of(fig) == "result y (4 values; 2 NaN or infinite left out)"
     assert fig.yaxis[0].ticker.min_interval == 1
+
+
+@pytest.mark.parametrize("high, unit, factor", [
+    (5e-5, "µs", 1e6), (0.5, "ms", 1e3), (90.0, "s", 1.0), (3600.0, "min", 1 / 60),
+    (86400.0, "h", 1 / 3600),
+])
+def test_a_histogram_of_seconds_reads_in_a_unit_that_suits_them(high, unit, factor):
+    values = np.linspace(high / 10, high, 20)
+    fig = _plots.histogram(values, "Duration of ended attempts", "duration", seconds=True)
+    assert fig.xaxis[0].axis_label == f"duration ({unit})"
+    quads = fig.renderers[0].data_source.data
+    assert min(quads["left"]) == pytest.approx(values.min() * factor)
+    assert max(quads["right"]) == pytest.approx(values.max() * factor)
+    # few enough ticks for a plot of the page's grid: the labels do not run into each other
+    assert fig.xaxis[0].ticker.desired_num_ticks == _plots._GRID_TICKS
+
+
+def test_titles_keep_their_detail_on_a_line_of_its_own_and_legends_stay_off_the_data(tmp_path):
+    ledger = tmp_path / "l.json"
+    checkpointed_map(run, [{"task_id": f"t{i}", "x": i, **({"fail": "KeyError"} if i == 1
+                                                           else {})} for i in range(4)],
+                     ledger_path=ledger)
+    data = _data.load(ledger, time.time())
+    fig = _plots.progress(data)
+    texts = [t.text for t in fig.above]
+    assert texts == ["Progress: tasks accepted and failed so far"]   # one run: nothing cut
+    assert fig.title is None and len(fig.legend) == 1 and fig.legend[0] in fig.below
+    assert [i.label["value"] for i in fig.legend[0].items] == ["accepted (3)", "failed (1)"]
+    bars = _plots.attempts_bar(data)
+    assert bars.legend[0] in bars.below and not [r for r in bars.center
+                                                 if type(r).__name__ == "Legend"]
+    hist = _plots.histogram(data.duration, "Duration", "duration", seconds=True)
+    assert [t.text for t in hist.above] == ["4 values", "Duration"]   # detail nearest the plot

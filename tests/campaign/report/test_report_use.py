@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from campaign import checkpointed_map, read_ledger, write_report
+from campaign._report import _data, _page, _plots
 from schedulers import SerialScheduler
 
 REQUEST = {"cpus": 2, "memory_bytes": 4 << 30}
@@ -34,6 +35,11 @@ def spin(item):
     while time.perf_counter() < end:
         n += 1
     return {"n": n}
+
+
+def plot_titles(ledger) -> list[str]:
+    """The titles of the page's plots, each with its detail line."""
+    return [_plots.title_of(f) for f in _page.sections(_data.load(ledger, time.time())).figures]
 
 
 def page_notes(page: str) -> str:
@@ -57,8 +63,9 @@ def test_each_attempt_is_set_against_what_its_run_requested(tmp_path):
     page = tmp_path / "given.html"
     write_report(ledger, page)
     text = page.read_text()
-    assert "CPU use of attempts (6 values)" in text and "% of the CPUs requested" in text
-    assert "Peak memory of attempts against the request (6 values)" in text
+    assert {"CPU use of attempts (6 values)", "Peak memory of attempts against the request "
+            "(6 values)"} <= set(plot_titles(ledger))
+    assert "% of the CPUs requested" in text
     notes = page_notes(text)
     cpu, mem = expected(ledger, REQUEST["cpus"], REQUEST["memory_bytes"])
     assert (f"CPU use, against the CPUs their runs requested: median {np.median(cpu):.0f} %, "
@@ -76,7 +83,7 @@ def test_a_local_run_is_set_against_one_core_and_says_no_memory_was_requested(tm
     page = tmp_path / "local.html"
     write_report(ledger, page)
     text = page.read_text()
-    assert "CPU use of attempts (4 values)" in text and "% of one core" in text
+    assert "CPU use of attempts (4 values)" in plot_titles(ledger) and "% of one core" in text
     assert "against the request" not in text
     notes = page_notes(text)
     cpu, _ = expected(ledger, 1, None)
@@ -103,4 +110,4 @@ def test_runs_with_and_without_a_request_are_each_set_against_their_own(tmp_path
     assert ("CPU use, against the CPUs requested, or one core where a run requested none: "
             f"median {np.median(cpu):.0f} %") in notes, notes
     # only the second run's three attempts had a memory request
-    assert "Peak memory of attempts against the request (3 values)" in text
+    assert "Peak memory of attempts against the request (3 values)" in plot_titles(ledger)
