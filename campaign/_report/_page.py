@@ -3,7 +3,7 @@
 `render` lays out `_data.Data` in sections (summary, runs, progress, throughput, timeline,
 distributions, failures, interruptions and retries, slowest tasks, results, tasks) and returns the
 page: bokeh's JavaScript and CSS inline (`bokeh.resources.INLINE`), the plots' data embedded,
-nothing loaded from the network.
+both compressed (`_packed`), nothing loaded from the network.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _plots, _runs, _tasks, _use
+from . import _packed, _plots, _runs, _tasks, _use
 from ._data import MAX_POINTS, RUNNING, STATUSES, Data
 from ._html import e, seconds, status_label, table, when
 
@@ -43,8 +43,14 @@ table.tasks th[data-order="down"]::after { content: " \\25BC"; }
 .note { color: #555; } .swatch { display: inline-block; width: 10px; height: 10px;
         border-radius: 2px; margin-right: 4px; }
 </style>{% endblock %}
+{% block js_resources %}{% endblock %}
+{% block inner_body %}{{ self.contents() }}
+{{ pack(bokeh_js) }}
+{{ pack(plot_script) }}
+{{ loader }}
+{% endblock %}
 {% block contents %}<main>
-<h1>{{ heading }}</h1><div class="note">{{ subtitle }}</div>
+<h1>{{ heading }}</h1><div class="note">{{ subtitle }}</div>{{ note }}
 {% for s in sections %}<section id="{{ s.key }}"><h2>{{ s.title }}</h2>
 {{ s.before }}
 {% if s.plots %}<div class="{{ 'grid' if s.grid else 'stack' }}">
@@ -257,5 +263,7 @@ def render(data: Data) -> tuple[str, int]:
     html_text = file_html(document, resources=INLINE, title=f"campaign report: {data.path}",
                           template=_TEMPLATE, template_variables={
                               "heading": e(f"Campaign {data.path} ({state})"),
-                              "subtitle": e(subtitle), "sections": page.sections})
+                              "subtitle": e(subtitle), "sections": page.sections,
+                              "pack": _packed.pack, "note": _packed.note(),
+                              "loader": _packed.loader()})
     return html_text, len(page.figures)

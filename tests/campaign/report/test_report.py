@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from report_data.browser import Browser, chromium
+from report_data.browser import Browser, chromium, page_source
 from report_data.report_task import run
 from testkit import PYTHON, ROOT, child_env, require, wait_until
 
@@ -130,7 +130,7 @@ def test_finished_campaign_with_failures_retries_and_interruptions(tmp_path):
     checkpointed_map(run, items, ledger_path=ledger)  # a second run: the failed ones again
     page = tmp_path / "fits.html"
     out = report(ledger, page)
-    html = page.read_text()
+    html = page_source(page)
     assert_offline(html)
     assert "(not running)" in html and "schedulers used: processes, serial" in html
     assert "ValueError" in html and "KeyError" in html and "x = 4 is out of range" in html
@@ -160,7 +160,7 @@ def test_running_campaign(tmp_path):
         wait_until(blocked, "the driver to accept 7 tasks and block on the 8th")
         page = tmp_path / "live.html"
         out = report(ledger, page)
-        html = page.read_text()
+        html = page_source(page)
         assert "(running)" in html and "ETA" in html and "not running" not in html
         assert re.search(r"ETA</td><td>[^<]* for 1 task\(s\) left", html), html[-3000:]
         views = render_in_chromium(page, screenshots(tmp_path) / "running.png", plots_in(out))
@@ -196,7 +196,7 @@ def test_job_array_with_unmerged_fragments(tmp_path):
         assert list(work_root(ledger).glob("*/fragments/*.json"))
         page = tmp_path / "array.html"
         out = report(ledger, page)
-        html = page.read_text()
+        html = page_source(page)
         counts = re.findall(r"</span>(\w+)</td><td class=\"n\">(\d+)</td>", html)
         assert {k: int(v) for k, v in counts} == facts["counts"]
         assert "4242_0" in html and "schedulers used: array" in html
@@ -221,7 +221,7 @@ def test_100k_tasks_are_sampled_and_the_page_stays_small(tmp_path):
     counts = load_benchmark().generate(ledger, 100_000)
     page = tmp_path / "big.html"
     out = report(ledger, page)
-    html = page.read_text()
+    html = page_source(page)
     assert page.stat().st_size <= 5_000_000
     assert "100,000 tasks" in out and "at most 20,000 points" in html
     assert f"{counts['failed']:,}" in html and "ConvergenceError" in html
@@ -309,9 +309,30 @@ def test_write_report_from_python(tmp_path):
     written = write_report(ledger, tmp_path / "small.html")
     assert written.tasks == 4 and written.plots >= 6
     assert written.size == (tmp_path / "small.html").stat().st_size
-    html = (tmp_path / "small.html").read_text()
+    html = page_source(tmp_path / "small.html")
     assert_offline(html)
+    assert_offline((tmp_path / "small.html").read_text())
     assert "KeyError" in html and "x = 2 is out of range" in html
+    # bokeh's library (bokeh.min.js, 1.27 MB) is in the page compressed: 1.3 MB before
+    assert "BEGIN bokeh.min.js" in html and written.size < 600_000, written.size
+
+
+def test_a_browser_without_decompression_says_why_it_draws_no_plots(tmp_path):
+    ledger = tmp_path / "small.json"
+    checkpointed_map(run, [{"task_id": f"s{i}", "x": i} for i in range(3)], ledger_path=ledger)
+    page = write_report(ledger, tmp_path / "small.html").path
+    require(chromium() is not None, "Debian's chromium is not installed (apt-get install "
+            "chromium chromium-driver)")
+    with Browser(tmp_path / ".profile", tmp_path / "chromium.log") as browser:
+        browser.open(page.as_uri(), before="delete window.DecompressionStream;")
+        found = browser.evaluate("""(() => {
+          const note = document.getElementById("plots-note");
+          return {bokeh: typeof window.Bokeh, hidden: note.hidden, note: note.textContent,
+                  tasks: document.querySelectorAll("#tasks-table tbody tr").length};
+        })()""")
+    assert found["bokeh"] == "undefined" and not found["hidden"], found
+    assert "need a browser with DecompressionStream" in found["note"], found
+    assert found["tasks"] == 3, found  # the tables are plain HTML
 
 
 #: In the page: the runs table's rows (each run's cells) and the tasks table's rows; then what
@@ -361,7 +382,7 @@ def test_a_campaign_run_five_times_has_each_run_with_its_counts_and_a_table_of_i
     assert fifth.counts["refused"] == 2
     page = tmp_path / "five.html"
     out = report(ledger, page)
-    html = page.read_text()
+    html = page_source(page)
     assert "2 task(s) in the last run: their item changed" in html
     assert html.count("python 3.") >= 5 and "pytest" in html  # each run's versions and command
     render_in_chromium(page, screenshots(tmp_path) / "five-runs.png", plots_in(out))

@@ -14,6 +14,8 @@ import time
 
 import numpy as np
 
+from report_data.browser import page_source
+
 from campaign import checkpointed_map, read_ledger, write_report
 from campaign._report import _data, _page, _plots
 from schedulers import SerialScheduler
@@ -62,7 +64,7 @@ def test_each_attempt_is_set_against_what_its_run_requested(tmp_path):
     assert read_ledger(ledger)["runs"][-1]["requested"] == REQUEST
     page = tmp_path / "given.html"
     write_report(ledger, page)
-    text = page.read_text()
+    text = page_source(page)
     assert {"CPU use of attempts (6 values)", "Peak memory of attempts against the request "
             "(6 values)"} <= set(plot_titles(ledger))
     assert "% of the CPUs requested" in text
@@ -82,7 +84,7 @@ def test_a_local_run_is_set_against_one_core_and_says_no_memory_was_requested(tm
     assert "requested" not in read_ledger(ledger)["runs"][-1]
     page = tmp_path / "local.html"
     write_report(ledger, page)
-    text = page.read_text()
+    text = page_source(page)
     assert "CPU use of attempts (4 values)" in plot_titles(ledger) and "% of one core" in text
     assert "against the request" not in text
     notes = page_notes(text)
@@ -101,7 +103,7 @@ def test_runs_with_and_without_a_request_are_each_set_against_their_own(tmp_path
                      ledger_path=ledger, execution=GivenTwoCores())
     page = tmp_path / "both.html"
     write_report(ledger, page)
-    text = page.read_text()
+    text = page_source(page)
     recs = read_ledger(ledger)["tasks"]
     cpu = np.array([100 * r["cpu_s"] / ((r["ended"] - r["started"])
                                         * (2 if tid.startswith("b") else 1))

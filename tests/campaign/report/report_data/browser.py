@@ -11,8 +11,10 @@ network shows it as errors.
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -26,6 +28,16 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--hide-scrollbars", "--enable-logging=stderr", "--v=0")
 #: Seconds a reply may take: only a hung browser reaches it (a test never waits on a timing).
 PATIENCE = 120.0
+
+
+_PACKED = re.compile(r'<script type="application/gzip;base64">([A-Za-z0-9+/=]*)</script>')
+
+
+def page_source(page: Path) -> str:
+    """The report's HTML with its compressed scripts (campaign._report._packed) unpacked in
+    place, as the page's loader inserts them: what the browser ends up with."""
+    return _PACKED.sub(lambda m: gzip.decompress(base64.b64decode(m.group(1))).decode(),
+                       page.read_text())
 
 
 def chromium() -> str | None:
@@ -127,10 +139,14 @@ class Browser:
                     return event
             self.events.append(self._read())
 
-    def open(self, url: str, *, width: int = 1400, height: int = 1000) -> None:
-        """Load ``url`` at this window size and wait for its load event."""
+    def open(self, url: str, *, width: int = 1400, height: int = 1000,
+             before: str | None = None) -> None:
+        """Load ``url`` at this window size and wait for its load event; ``before``, a script
+        run in the page before any of its own."""
         self.page("Emulation.setDeviceMetricsOverride", width=width, height=height,
                   deviceScaleFactor=1, mobile=False)
+        if before is not None:
+            self.page("Page.addScriptToEvaluateOnNewDocument", source=before)
         self.page("Page.navigate", url=url)
         self.wait_event("Page.loadEventFired")
 
