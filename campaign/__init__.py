@@ -32,6 +32,8 @@ from ._errors import LeaseLostError as LeaseLostError
 from ._errors import LedgerError as LedgerError
 from ._errors import LedgerWriteError as LedgerWriteError
 from ._errors import ResultError as ResultError
+from ._iter import LedgerRecords as LedgerRecords
+from ._iter import iter_ledger as iter_ledger
 from ._ledger import Ledger as Ledger
 from ._report import Report as Report
 from ._report import write_report as write_report
@@ -53,6 +55,7 @@ __all__ = [
     "LeaseLostError",
     "Ledger",
     "LedgerError",
+    "LedgerRecords",
     "LedgerWriteError",
     "Progress",
     "Report",
@@ -63,6 +66,7 @@ __all__ = [
     "WorkerSummary",
     "__version__",
     "checkpointed_map",
+    "iter_ledger",
     "read_ledger",
     "run_worker",
     "submit_array",
