@@ -309,7 +309,7 @@ class GroupCommit:
         for tid in taken:
             self._mine[tid] = (self._epoch, size)
         assert self._disk_state is not None
-        self._disk_state = self._disk_state[:3] + (size,)
+        self._disk_state = self._disk_state._replace(journal=size)
         self.bytes_written += len(line)
         self.commits += 1
 
@@ -323,7 +323,7 @@ class GroupCommit:
             if self._generation is not None and self._disk_state is not None:
                 # what this file is made from (`_merge_from_disk`)
                 self.doc["base"] = {"generation": self._generation,
-                                    "journal": self._disk_state[3]}
+                                    "journal": self._disk_state.journal}
             generation = self.doc["generation"] = _journal.new_generation()
             head = orjson.dumps({k: v for k, v in self.doc.items() if k != "tasks"})
             records = self.store.snapshot()
@@ -339,7 +339,7 @@ class GroupCommit:
                 self._meta_dirty = self._meta_dirty or meta
                 self._need_whole = True
             raise
-        self._disk_state = (st.st_ino, st.st_size, st.st_mtime_ns, 0)
+        self._disk_state = _document.DiskState.of(st, 0)
         self._generation = generation
         self._epoch += 1
         epoch = self._epoch

@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -22,7 +22,7 @@ from ._atomic import atomic_write, write_error_text
 from ._errors import LedgerError, LedgerWriteError
 from ._ledger_lock import LedgerLock
 from ._records import MISSING, records_problem, run_problem
-from ._stale import Unsettled, fresh_stat, read_bytes, retried
+from ._stale import Attributes, Unsettled, fresh_stat, read_bytes, retried
 from ._status import FORMAT_NAME, FORMAT_VERSION
 from ._store import RecordStore, whole_file
 
@@ -218,9 +218,24 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
     return load(path)[0]
 
 
-#: (inode, size, mtime_ns) of the file, and the size of its journal: what tells a writer
-#: whether another process changed the ledger since it last read or wrote it.
-DiskState = tuple[int, int, int, int]
+class DiskState(NamedTuple):
+    """The file's inode, size and modification time, and its journal's size: what tells a
+    writer whether another process changed the ledger since it last read or wrote it."""
+
+    inode: int
+    size: int
+    mtime_ns: int
+    journal: int
+
+    @classmethod
+    def of(cls, st: os.stat_result | Attributes, journal: int) -> DiskState:
+        return cls(st.st_ino, st.st_size, st.st_mtime_ns, journal)
+
+
+def same_file(a: os.stat_result | Attributes, b: os.stat_result | Attributes) -> bool:
+    """Whether two stats are of the same version of a file (inode, size, modification time):
+    a reader that finds them differ read a file replaced or grown meanwhile."""
+    return (a.st_ino, a.st_size, a.st_mtime_ns) == (b.st_ino, b.st_size, b.st_mtime_ns)
 
 
 def load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], DiskState]:
@@ -248,14 +263,14 @@ def _load_once(path: Path, fresh: bool) -> tuple[dict[str, Any], DiskState]:
             now = fresh_stat(path)
         except FileNotFoundError:
             continue
-        if (now.st_ino, now.st_size, now.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns):
+        if same_file(now, st):
             break
     journal.apply(doc)
     try:
         check(doc, path)
     except LedgerError as exc:  # a stale cache's mixture of two versions may parse
         raise Unsettled(str(exc)) from None
-    return doc, (st.st_ino, st.st_size, st.st_mtime_ns, journal.size)
+    return doc, DiskState.of(st, journal.size)
 
 
 def backup_path(path: Path, why: str) -> Path:
@@ -326,7 +341,7 @@ def _update_locked(path: Path, mutate: Callable[[dict[str, Any]], Any],
     original = None
     if backup is not None:  # with a journal: the file and its journal, as one file
         remove_stale_backup_tmp(path)
-        original = dumps(doc) if state[3] else path.read_bytes()
+        original = dumps(doc) if state.journal else path.read_bytes()
     answer = mutate(doc)
     saved = None
     try:
@@ -376,7 +391,7 @@ def made_from(doc: dict[str, Any], state: DiskState) -> None:
     ``base``, the generation read and how much of its journal (a driver keeps the records of
     its journal that the writer did not read: `campaign._commit`)."""
     if type(doc.get("generation")) is str:
-        doc["base"] = {"generation": doc["generation"], "journal": state[3]}
+        doc["base"] = {"generation": doc["generation"], "journal": state.journal}
 
 
 def file_state(path: Path) -> DiskState | None:
@@ -391,4 +406,4 @@ def file_state(path: Path) -> DiskState | None:
         journal = fresh_stat(_journal.journal_path(path)).st_size
     except FileNotFoundError:
         journal = 0
-    return (st.st_ino, st.st_size, st.st_mtime_ns, journal)
+    return DiskState.of(st, journal)

@@ -147,7 +147,7 @@ class Ledger(GroupCommit):
             return []
         doc, state = _storeload.load(self.path)  # a block at a time, the records as bytes
         # the file alone is what it holds: this run can append to it
-        clean = not state[3] and "generation" in doc and not fragment_files(self.path)
+        clean = not state.journal and "generation" in doc and not fragment_files(self.path)
         doc["tasks"] = RecordStore.of(doc["tasks"])
         settled = absorb_fragments(doc, self.path)
         if not resume:
@@ -155,7 +155,7 @@ class Ledger(GroupCommit):
             doc = _document.new_document()
         else:
             self._dirty.update(_runs.take_over(doc, self.path))
-            self._disk_state, self._file_bytes = state, state[1]
+            self._disk_state, self._file_bytes = state, state.size
             self._generation = doc.get("generation")
             self._need_whole = not clean
         self._adopt(doc)

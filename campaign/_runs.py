@@ -123,7 +123,7 @@ def set_aside(path: Path, doc: dict[str, Any], state: _document.DiskState) -> No
     """resume=False: keep the old ledger (with its journal merged) beside, with its array
     work folder, under a name that says so."""
     saved = _document.backup_path(path, "replaced")
-    if state[3]:  # a journal: the file alone does not hold everything
+    if state.journal:  # a journal: the file alone does not hold everything
         atomic_write(saved, _document.document_chunks(doc), like=path)
     else:
         os.replace(path, saved)

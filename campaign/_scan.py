@@ -99,7 +99,7 @@ class Scan:
 
         journal = _journal.read(self.path, self.head.get("generation"))
         st, now = os.fstat(self._file.fileno()), os.stat(self.path)
-        if (now.st_ino, now.st_size, now.st_mtime_ns) != (st.st_ino, st.st_size, st.st_mtime_ns):
+        if not _document.same_file(now, st):
             return False
         self._journal = {}
         for entry in journal.entries:

@@ -42,7 +42,7 @@ class StoreScan(Scan):
     def _read_journal(self) -> bool:
         journal = _journal.read_records(self.path, self.head.get("generation"))
         st, now = os.fstat(self._file.fileno()), os.stat(self.path)
-        if (now.st_ino, now.st_size, now.st_mtime_ns) != (st.st_ino, st.st_size, st.st_mtime_ns):
+        if not _document.same_file(now, st):
             return False
         self.journal_records = journal.records
         self._journal = journal.records  # type: ignore[assignment]  # a mapping, decoded on use
