@@ -38,7 +38,7 @@ from ._atomic import HOST
 from ._errors import Interrupted, LedgerError
 from ._jsonvalue import decode
 from ._leases import Heartbeat, Leases
-from ._policy import Limits, settle, stopped
+from ._policy import MAX_INTERRUPTIONS, RETRIES, Limits, settle, stopped
 from ._signals import Stop, signals_raise
 from ._status import ACCEPTED
 from ._workdir import (
@@ -106,7 +106,8 @@ class WorkerSummary:
 
 def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submission: str, *,
                owner: dict[str, Any] | None = None, lease_seconds: float = 60.0,
-               merge_every: float = 5.0, retries: int = 0, max_interruptions: int = 3,
+               merge_every: float = 5.0, retries: int = RETRIES,
+               max_interruptions: int = MAX_INTERRUPTIONS,
                max_tasks: int | None = None) -> WorkerSummary:
     """Claim and run the tasks of a submission (`submit_array`, `campaign submit`) until none
     is left, or SIGUSR1/SIGTERM stops us; what one element of a job array runs.

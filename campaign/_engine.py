@@ -28,7 +28,7 @@ from ._campaign import Campaign, Progress
 from ._items import PreparedItems, prepare_items
 from ._ledger import Ledger
 from ._plan import nothing_to_run, plan
-from ._policy import Limits, settle, stopped
+from ._policy import MAX_INTERRUPTIONS, RETRIES, Limits, settle, stopped
 from ._signals import sigint_ignored, signals_raise
 from ._status import ACCEPTED, RUNNING, RunStatus
 from ._taskqueue import Entry, TaskQueue
@@ -49,8 +49,8 @@ def checkpointed_map(
     resume: bool = True,
     execution: str | Scheduler = "serial",
     device_groups: Any = None,
-    retries: int = 0,
-    max_interruptions: int = 3,
+    retries: int = RETRIES,
+    max_interruptions: int = MAX_INTERRUPTIONS,
     timeout: float | None = None,
     progress: Callable[[Progress], None] | None = None,
     commit_interval: float = 0.1,

@@ -35,6 +35,11 @@ from ._errors import ResultError
 from ._jsonvalue import encode_result
 from ._status import ACCEPTED, FAILED, INTERRUPTED
 
+#: The limits' defaults, for every caller that takes them (`checkpointed_map`, `run_worker`,
+#: `campaign run` and its spec).
+RETRIES = 0
+MAX_INTERRUPTIONS = 3
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -44,8 +49,8 @@ class Limits:
     ``max_interruptions``: after the infrastructure lost it.
     """
 
-    retries: int = 0
-    max_interruptions: int = 3
+    retries: int = RETRIES
+    max_interruptions: int = MAX_INTERRUPTIONS
 
     def __post_init__(self) -> None:
         for name in ("retries", "max_interruptions"):

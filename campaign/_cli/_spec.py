@@ -7,27 +7,16 @@ are relative to the spec file's folder; options given on the command line overri
 
 from __future__ import annotations
 
+import copy
 import tomllib
-from dataclasses import dataclass, field
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .._policy import MAX_INTERRUPTIONS, RETRIES
 from ._exits import BadInput
-
-#: The keys of a spec file, their types and defaults (None: no default).
-SPEC_KEYS: dict[str, tuple[type, Any]] = {
-    "target": (str, None),
-    "items": (str, None),
-    "ledger": (str, None),
-    "execution": (str, "serial"),
-    "retries": (int, 0),
-    "resume": (bool, True),
-    "max_interruptions": (int, 3),
-    "id_field": (str, None),
-    "ignore_fields": (list, []),
-    "options": (dict, {}),
-    "array": (dict, {}),
-}
 
 
 @dataclass
@@ -39,14 +28,41 @@ class RunConfig:
     ledger: Path
     base: Path
     execution: str = "serial"
-    retries: int = 0
+    retries: int = RETRIES
     resume: bool = True
-    max_interruptions: int = 3
+    max_interruptions: int = MAX_INTERRUPTIONS
     id_field: str | None = None
     ignore_fields: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     array: dict[str, Any] = field(default_factory=dict)
     spec: Path | None = None
+
+
+#: `RunConfig`'s fields that `resolve` sets itself, not a spec.
+_NOT_IN_SPEC = ("base", "spec")
+
+
+def _spec_keys() -> dict[str, tuple[type, Any]]:
+    """The keys of a spec file, their TOML types and defaults (None: no default), from
+    `RunConfig`'s fields: a path is a string in TOML, ``X | None`` an ``X``, ``list[str]`` a
+    list."""
+    hints = typing.get_type_hints(RunConfig)
+    keys: dict[str, tuple[type, Any]] = {}
+    for f in fields(RunConfig):
+        if f.name in _NOT_IN_SPEC:
+            continue
+        kind = hints[f.name]
+        if isinstance(kind, types.UnionType):
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        kind = typing.get_origin(kind) or kind
+        default = (f.default if f.default is not MISSING else
+                   f.default_factory() if f.default_factory is not MISSING else None)
+        keys[f.name] = (str if kind is Path else kind, default)
+    return keys
+
+
+#: The keys of a spec file, their types and defaults (None: no default).
+SPEC_KEYS: dict[str, tuple[type, Any]] = _spec_keys()
 
 
 def read_spec(path: Path) -> dict[str, Any]:
@@ -92,8 +108,7 @@ def resolve(target: str, flags: dict[str, Any]) -> RunConfig:
     the command line are relative to the current folder, those in a spec to the spec's folder.
     """
     given = {k: v for k, v in flags.items() if v is not None}
-    settings: dict[str, Any] = {k: (dict(default) if isinstance(default, dict) else default)
-                                for k, (_, default) in SPEC_KEYS.items()}
+    settings: dict[str, Any] = {k: copy.copy(default) for k, (_, default) in SPEC_KEYS.items()}
     spec: Path | None = None
     if target.endswith(".toml"):
         spec = Path(target)
