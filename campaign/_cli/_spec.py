@@ -140,11 +140,19 @@ def resolve(target: str, flags: dict[str, Any]) -> RunConfig:
     return RunConfig(base=base, spec=spec, **settings)
 
 
+def array_keys() -> tuple[str, ...]:
+    """The keys of the spec's ``[array]`` table (`campaign submit`): `submit_array`'s own
+    ``job_name`` and ``log_dir``, the keywords of `schedulers.slurm.render_array_script` it
+    passes on (`campaign._array_submit.script_options`, read from the signature when asked, so
+    the CLI starts without importing Slurm's code), then the workers' ``lease_seconds``."""
+    from .._array_submit import script_options
+
+    return ("job_name", "log_dir", *script_options(), "lease_seconds")
+
+
 def _table_hint(data: dict[str, Any], unknown: list[str]) -> str:
     """`` (did you mean [options] workers = 2?)`` for a key that belongs in a table: an option
     of a scheduler (``[options]``) or of `campaign submit` (``[array]``)."""
-    from ._submit import array_keys
-
     options, array = scheduler_options(), array_keys()
     hints = []
     for key in unknown:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import re
 import sys
 from pathlib import Path
@@ -15,27 +14,9 @@ from .._shell import command
 from ._exits import EXIT_FAILED, EXIT_OK, BadInput
 from ._inputs import read_items
 from ._options import verbose_option, with_errors
-from ._spec import resolve
+from ._spec import array_keys, resolve
 
-#: The keywords of `render_array_script` that `campaign submit` sets itself.
-_SET_BY_SUBMIT = frozenset({"command", "array", "workdir"})
 _ARRAY = re.compile(r"^(\d+)(?:%(\d+))?$")
-
-
-def array_keys() -> tuple[str, ...]:
-    """The keys of the spec's ``[array]`` table: every keyword of
-    `schedulers.slurm.render_array_script` (read from its signature) but those `campaign submit`
-    sets itself, then the workers' ``lease_seconds``."""
-    from schedulers.slurm import render_array_script
-
-    names = inspect.signature(render_array_script).parameters
-    return (*(name for name in names if name not in _SET_BY_SUBMIT), "lease_seconds")
-
-
-def __getattr__(name: str) -> Any:
-    if name == "ARRAY_KEYS":  # read when asked for: the CLI starts without importing Slurm's code
-        return array_keys()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @click.command("submit", short_help="Start a Slurm job array of workers for a campaign.")

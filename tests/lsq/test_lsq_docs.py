@@ -12,8 +12,7 @@ import tomllib
 from testkit import PYTHON, ROOT, child_env
 
 from campaign._cli import cli
-from campaign._cli._spec import SPEC_KEYS
-from campaign._cli._submit import ARRAY_KEYS
+from campaign._cli._spec import SPEC_KEYS, array_keys
 from schedulers import SCHEDULERS
 from solvers.lsq import solve
 
@@ -95,7 +94,7 @@ def test_toml_and_shell_blocks_use_real_keys_and_flags():
     assert tomls
     for spec in tomls:
         assert set(spec) <= set(SPEC_KEYS)
-        assert set(spec.get("array", {})) <= set(ARRAY_KEYS)
+        assert set(spec.get("array", {})) <= set(array_keys())
     shells = [body for lang, body in BLOCKS if lang == "sh"]
     assert shells
     for line in "\n".join(shells).splitlines():

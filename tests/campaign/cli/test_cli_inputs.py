@@ -211,7 +211,7 @@ def test_a_new_keyword_of_render_array_script_is_accepted_in_the_spec_array_tabl
 
     import schedulers.slurm
     from campaign._cli import cli
-    from campaign._cli._submit import array_keys
+    from campaign._cli._spec import array_keys
 
     real = schedulers.slurm.render_array_script
 
