@@ -24,7 +24,7 @@ from ._array import absorb_fragments, fragment_files
 from ._atomic import remove_stale_tmp, write_error_text
 from ._commit import CLOSE_RETRY, GroupCommit
 from ._errors import DriverBusyError, LedgerWriteError
-from ._owner_lease import DriverLease, no_flock
+from ._owner_lease import DriverLease, driver_lock_path, no_flock
 from ._status import ACCEPTED, RunStatus
 from ._store import RecordStore
 
@@ -60,8 +60,7 @@ class Ledger(GroupCommit):
                          write_retry=write_retry, compact_fraction=compact_fraction)
         # the fast local path: a second driver on this host (or where locks are coherent) is
         # refused at once; the lease is what excludes drivers on other nodes
-        self._driver_lock = FileLock(self.path.with_name(self.path.name + ".driver"),
-                                     timeout=0, thread_local=False)
+        self._driver_lock = FileLock(driver_lock_path(self.path), timeout=0, thread_local=False)
         self._lease = DriverLease(self.path)
 
     # ------------------------------------------------------------------ opening

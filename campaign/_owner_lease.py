@@ -254,6 +254,12 @@ def free(found: dict[str, Any] | None, st: os.stat_result, seconds: float,
     return not (isinstance(expires, (int, float)) and expires > now)
 
 
+def driver_lock_path(ledger: Path) -> Path:
+    """``<ledger>.driver``: the empty file whose ``flock`` a driver holds for its run, the fast
+    path beside the lease (docs/ledger.md, "The driver's lease")."""
+    return ledger.with_name(ledger.name + ".driver")
+
+
 class DriverLease:
     """The lease ``<ledger>.driver.<n>`` of the process that drives ``ledger`` (module
     docstring). `acquire`, then `check` before each write, then `release`."""

@@ -20,7 +20,7 @@ from ._errors import DriverBusyError
 from ._items import PreparedItems, prepare_items
 from ._leases import live_leases
 from ._ledger import Ledger
-from ._owner_lease import DriverLease, busy_text
+from ._owner_lease import DriverLease, busy_text, driver_lock_path
 from ._plan import Plan, compare, plan
 from ._status import RunStatus
 from ._workdir import overlay, write_task_list
@@ -123,9 +123,8 @@ def _check_free(path: Path) -> None:
     holder = lease.holder()  # a driver on any node
     if holder is not None:
         raise DriverBusyError(busy_text(path, holder, lease.seconds))
-    lock = path.with_name(path.name + ".driver")
     try:
-        fd = os.open(lock, os.O_RDONLY)
+        fd = os.open(driver_lock_path(path), os.O_RDONLY)
     except FileNotFoundError:
         return
     try:
