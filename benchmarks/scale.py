@@ -197,17 +197,20 @@ def claim_loop(ledger: Path, submission: str, ids: list[str], name: str,
                share: tuple[int, int]) -> list[str]:
     """What `campaign worker` does per task, with a task that takes no time: walk the task list
     from its share (`claim_order`), pass what others ended (`WorkDir.not_done`), claim the
-    lease, write the outcome as a fragment, mark it done and release. Returns the ids it ran."""
+    lease (`Leases.claim`), write the outcome as a fragment, mark it done and release. Returns
+    the ids it ran."""
     from campaign import _records
-    from campaign._array import WorkDir
     from campaign._array_worker import claim_order
+    from campaign._leases import Leases
+    from campaign._workdir import WorkDir
 
-    work = WorkDir(ledger, submission, lease_seconds=600.0)
+    work = WorkDir(ledger, submission)
+    leases = Leases(work, lease_seconds=600.0)
     owner = {"worker": name, "job": None, "array_task": None, "host": "bench",
              "pid": os.getpid()}
     ran = []
     for tid in work.not_done(claim_order(ids, share)):
-        lease = work.claim(tid, owner)
+        lease = leases.claim(tid, owner)
         if lease is None:
             continue
         now = time.time()
@@ -216,7 +219,7 @@ def claim_loop(ledger: Path, submission: str, ids: list[str], name: str,
                                device_group=None, at=now)
         rec = _records.finished(rec, "accepted", at=time.time(), result={"ok": True})
         work.write_fragment({tid: rec}, owner)
-        work.release(lease, done=True, accepted=True)
+        leases.release(lease, done=True, accepted=True)
         ran.append(tid)
     return ran
 
@@ -227,9 +230,8 @@ def _claim_process(ledger: str, submission: str, ids: list[str], name: str,
 
 
 def claimers(folder: Path, n: int, count: int, mode: str) -> dict[str, Any]:
-    from campaign._array import fragment_files, merge_fragments
     from campaign._submit import prepare_submission
-    from campaign._worker import task_list_path
+    from campaign._workdir import fragment_files, merge_fragments, task_list_path
 
     ledger = folder / f"array-{mode}.json"
     items = [{"task_id": f"a{i:07d}", "i": i} for i in range(n)]

@@ -20,13 +20,13 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from . import _document, _journal, _runs, _storeload
-from ._array import absorb_fragments, fragment_files
 from ._atomic import remove_stale_tmp, write_error_text
 from ._commit import CLOSE_RETRY, GroupCommit
 from ._errors import DriverBusyError, LedgerWriteError
 from ._owner_lease import DriverLease, driver_lock_path, no_flock
 from ._status import ACCEPTED, RunStatus
 from ._store import RecordStore
+from ._workdir import absorb_fragments, fragment_files
 
 logger = logging.getLogger(__name__)
 

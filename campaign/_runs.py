@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from . import _document
-from ._array import live_leases, work_root
 from ._atomic import HOST, atomic_write
 from ._errors import DriverBusyError, LedgerError
+from ._leases import live_leases
 from ._owner_lease import DriverLease, busy_text, process_start
 from ._status import INTERRUPTED, RUNNING, RUNS_LIMIT, RunStatus
 from ._store import RecordStore
 from ._storeload import StoreScan
+from ._workdir import work_root
 
 logger = logging.getLogger(__name__)
 

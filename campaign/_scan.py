@@ -23,7 +23,7 @@ resource fields from them); a chunk the journal or a fragment changes, or that t
 doubts, goes as above.
 
 Array workers' fragments not yet merged are applied to the records as they stream by
-(`Overlay`), as `campaign._array.overlay` applies them to a whole document.
+(`Overlay`), as `campaign._workdir.overlay` applies them to a whole document.
 """
 
 from __future__ import annotations
@@ -318,15 +318,16 @@ def _head(before: bytes, path: Path) -> dict[str, Any] | None:
 
 class Overlay:
     """Array workers' fragments not merged yet, applied record by record: the records a scan
-    yields become those `campaign._array.overlay` gives the whole document; leases held now
+    yields become those `campaign._workdir.overlay` gives the whole document; leases held now
     show their task running (as `campaign status` shows them)."""
 
     def __init__(self, ledger: Path, *, with_leases: bool = True):
-        from ._array import _load_fragment, fragment_files, live_leases
+        from ._leases import live_leases
+        from ._workdir import fragment_files, load_fragment
 
         self.pending: dict[str, list[dict[str, Any]]] = {}
         for path in fragment_files(ledger):
-            records = _load_fragment(path)
+            records = load_fragment(path)
             for tid, rec in (records or {}).items():
                 self.pending.setdefault(tid, []).append(rec)
         self.leases = live_leases(ledger) if with_leases else []

@@ -209,7 +209,7 @@ class SubmissionTally:
     ended in it, and by which job array element."""
 
     def __init__(self, ledger: Path, run: dict[str, Any]):
-        from ._worker import task_list_path
+        from ._workdir import task_list_path
 
         self.run = run
         self.since = run.get("started") or 0.0

@@ -20,7 +20,7 @@ from testkit import PATIENCE, PYTHON, child_env
 
 from campaign import checkpointed_map, read_ledger
 from campaign._submit import prepare_submission
-from campaign._worker import run_worker
+from campaign._array_worker import run_worker
 
 LOST_PREFIX = "lost {n} times in this run (max_interruptions={m}); last cause: "
 

@@ -97,7 +97,7 @@ def test_dask_records_cpu_and_peak_memory_per_attempt(ledger):
 
 def test_array_worker_records_cpu_and_peak_memory(tmp_path, monkeypatch):
     from campaign._submit import prepare_submission
-    from campaign._worker import run_worker
+    from campaign._array_worker import run_worker
 
     # element 0 of a one-element array (as Slurm says): it takes the tasks in order, "small"
     # after "big"; a worker that does not know its place begins at a random task

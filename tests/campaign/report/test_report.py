@@ -23,7 +23,7 @@ from report_data.report_task import run
 from testkit import PYTHON, ROOT, child_env, require, wait_until
 
 from campaign import LedgerError, checkpointed_map, read_ledger, write_report
-from campaign._array import work_root
+from campaign._workdir import work_root
 from campaign._submit import prepare_submission
 
 DATA = Path(__file__).with_name("report_data")
