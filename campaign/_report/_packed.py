@@ -18,10 +18,11 @@ import gzip
 #: The id of the note the loader fills where the plots cannot be drawn.
 NOTE_ID = "plots-note"
 
-_LOADER = """<script>
+#: The script that unpacks and runs the `pack`-ed elements, in the page's order.
+LOADER = """<script>
 (async () => {
   const note = (text) => {
-    const el = document.getElementById("%(note)s");
+    const el = document.getElementById("{NOTE_ID}");
     if (el) { el.textContent = text; el.hidden = false; }
   };
   if (typeof DecompressionStream === "undefined") {
@@ -41,20 +42,12 @@ _LOADER = """<script>
     console.error(error);
   }
 })();
-</script>"""
+</script>""".replace("{NOTE_ID}", NOTE_ID)
+#: The hidden note the loader fills when the plots cannot be drawn.
+NOTE = f'<div class="note" id="{NOTE_ID}" hidden></div>'
 
 
 def pack(html: str) -> str:
     """``html`` (script elements) as one inert script element of gzip in base64."""
     data = base64.b64encode(gzip.compress(html.encode(), compresslevel=9, mtime=0)).decode()
     return f'<script type="application/gzip;base64">{data}</script>'
-
-
-def note() -> str:
-    """The hidden note the loader fills when the plots cannot be drawn."""
-    return f'<div class="note" id="{NOTE_ID}" hidden></div>'
-
-
-def loader() -> str:
-    """The script that unpacks and runs the `pack`-ed elements, in the page's order."""
-    return _LOADER % {"note": NOTE_ID}

@@ -264,6 +264,6 @@ def render(data: Data) -> tuple[str, int]:
                           template=_TEMPLATE, template_variables={
                               "heading": e(f"Campaign {data.path} ({state})"),
                               "subtitle": e(subtitle), "sections": page.sections,
-                              "pack": _packed.pack, "note": _packed.note(),
-                              "loader": _packed.loader()})
+                              "pack": _packed.pack, "note": _packed.NOTE,
+                              "loader": _packed.LOADER})
     return html_text, len(page.figures)
