@@ -5,14 +5,19 @@ y3 - 0.01)``, and prints two root returns (data/ida/idaRoberts_dns.out): y3 - 0.
 t = 2.6402e-01 (found in step 27) and y1 - 1e-4 falling at t = 2.0788e+07.
 
 - The first root, its printed state and its step agree with IDA's to the printed digits.
-- The second root lies past 4e5, where JIDA's solution and IDA's differ in the fourth digit
-  (y1 at 4e6: 5.1693e-04 against IDA's 5.1674e-04, see test_ida_examples.py); as y1 falls like
-  1 / t there, the root moves by the same relative amount: 2.0801e+07, 6e-4 from IDA's. Its
-  printed state (y1 = 1e-4 by construction, and y2, y3) equals IDA's digit for digit.
+- The second root's fourth digit is a rounding branch, in IDA itself: run by IDA (SUNDIALS'
+  library through scikit-sundae's wheel), the residual as idaRoberts_dns.c rounds it,
+  ``(3e7 y2) y2``, gives the printed 2.0788e+07 in 362 steps and 537 Newton iterations; rounded
+  as ``3e7 (y2 y2)`` it gives 2.0801e+07 in 375 steps and 529. A Newton convergence test near
+  step 231 (t = 1.46e6) passes on one and fails by 0.07 % on the other; past it the step sizes
+  differ and the solutions agree to the tolerances only. JIDA takes the same two branches (the
+  same roots to 1e-7, the same Newton iterations), from the other rounding each: its Jacobian is
+  JAX's, IDA's the example's ``jacrob``. On the branch of the printed output, every printed row
+  up to 4e9 and both roots are IDA's to the printed digits.
 - Neither printed digit set is the exact root's: scipy's Radau at rtol 1e-11 on the reduced ODE
   puts y1 = 1e-4 at t = 2.07955e+07 (2.6402e-01 for the first). IDA's 2.0788e+07 is 3.6e-4 below
-  it, JIDA's 2.0801e+07 2.6e-4 above: at IDA's tolerances (rtol 1e-4) the fourth digit of this
-  root is the solver's global error, and JIDA's is no larger than IDA's.
+  it, 2.0801e+07 2.6e-4 above: at IDA's tolerances (rtol 1e-4) the fourth digit of this root is
+  the solver's global error.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from ida_examples import (
     ROBERTS_Y0,
     ROBERTS_YP0,
     fsa_problem,
+    roberts_output,
     roberts_problem,
     roberts_roots,
 )
@@ -47,9 +53,9 @@ def grob(t, y, yp, args):
     return jnp.stack([y[0] - 1.0e-4, y[2] - 0.01])
 
 
-def _roberts(roots=None, ts=TS, solver=SOLVER):
-    return pdesolve(roberts_problem(), solver, (0.0, 4e10), ROBERTS_Y0, ROBERTS_YP0,
-                    saveat=SaveAt(ts=ts), roots=roots)
+def _roberts(roots=None, ts=TS, solver=SOLVER, squared_first=False):
+    return pdesolve(roberts_problem(squared_first), solver, (0.0, 4e10), ROBERTS_Y0,
+                    ROBERTS_YP0, saveat=SaveAt(ts=ts), roots=roots)
 
 
 def _state_at(t):
@@ -66,7 +72,7 @@ def test_the_printed_roots_are_idas():
     assert list(index) == [1, 0, -1, -1]          # y3 - 0.01 first, then y1 - 1e-4
     assert np.isnan(roots[2:]).all()
     assert f"{roots[0]:.4e}" == "2.6402e-01"
-    assert abs(roots[1] / t_b - 1.0) < 1e-3       # 2.0801e+07: the solutions differ there
+    assert abs(roots[1] / t_b - 1.0) < 1e-3       # the other branch (2.0801e+07), see below
     for t, y_ida in ((roots[0], y_a), (roots[1], y_b)):
         assert [f"{v:.4e}" for v in _state_at(t)] == [f"{v:.4e}" for v in y_ida], t
     # on the root to the rootfinding's tolerance (100 eps (|t| + |h|) in t)
@@ -81,6 +87,81 @@ def test_the_printed_roots_are_idas():
     shorter = JIDA(linear="dense", rtol=ROBERTS_RTOL, atol=np.array(ROBERTS_ATOL),
                    initialize=False, max_steps=nst_a - 1)
     assert np.isnan(np.asarray(_roberts(Roots(grob), solver=shorter).root_ts)).all()
+
+
+def _printed_rows():
+    """IDA's printed rows at the output times TS (not its root returns)."""
+    rows = [r for r in roberts_output() if np.isclose(TS, r[0], rtol=1e-12, atol=0).any()]
+    assert [r[0] for r in rows] == pytest.approx(TS, rel=1e-12)
+    return rows
+
+
+def _ida(squared_first):
+    """idaRoberts_dns run by SUNDIALS IDA itself: its residual (either rounding of 3e7 y2^2),
+    its ``jacrob``, its tolerances, ``grob``; IDA's dense solver. Returns (roots, outputs at TS,
+    residual evaluations: one per Newton iteration with a user Jacobian)."""
+    from sksundae.ida import IDA
+
+    def resrob(t, y, yp, res):
+        quad = 3.0e7 * (y[1] * y[1]) if squared_first else 3.0e7 * y[1] * y[1]
+        r0 = -0.04 * y[0] + 1.0e4 * y[1] * y[2]
+        res[0] = r0 - yp[0]
+        res[1] = -r0 - quad - yp[1]
+        res[2] = y[0] + y[1] + y[2] - 1.0
+
+    def jacrob(t, y, yp, res, cj, jj):
+        jj[:, 0] = (-0.04 - cj, 0.04, 1.0)
+        jj[:, 1] = (1.0e4 * y[2], -1.0e4 * y[2] - 6.0e7 * y[1] - cj, 1.0)
+        jj[:, 2] = (1.0e4 * y[1], -1.0e4 * y[1], 1.0)
+
+    def g(t, y, yp, events):
+        events[0], events[1] = y[0] - 1.0e-4, y[2] - 0.01
+
+    g.terminal = [False, False]
+    ida = IDA(resrob, rtol=ROBERTS_RTOL, atol=np.array(ROBERTS_ATOL), linsolver="dense",
+              jacfn=jacrob, eventsfn=g, num_events=2, algebraic_idx=[2], max_num_steps=10_000)
+    out = ida.solve(np.concatenate([[0.0], TS]), ROBERTS_Y0, ROBERTS_YP0)
+    assert out.success, out.message
+    assert [list(i) for i in out.i_events] == [[0, 1], [-1, 0]]
+    return np.asarray(out.t_events), np.asarray(out.y)[1:], int(out.nfev)
+
+
+def _jida(squared_first):
+    sol = _roberts(Roots(grob, max_roots=2), squared_first=squared_first)
+    assert sol.status is Status.SUCCESS, sol.message
+    return (np.asarray(sol.root_ts), np.asarray(sol.ys), int(sol.stats["newton_iterations"]),
+            int(sol.stats["steps"]))
+
+
+def test_idas_two_roundings_give_two_second_roots_and_jida_takes_both():
+    ida = {sq: _ida(sq) for sq in (False, True)}
+    # IDA with idaRoberts_dns.c's rounding is its published output (the roots, and every row
+    # but 4e10, which the example interpolates from a step past it: here IDA stops there)
+    roots, ys, nre = ida[False]
+    assert [f"{t:.4e}" for t in roots] == ["2.6402e-01", "2.0788e+07"]
+    assert nre == 537                               # the .out's nre and nni
+    for (t, *y_ida, _, _, _), y in list(zip(_printed_rows(), ys))[:-1]:
+        assert [f"{v:.4e}" for v in y] == [f"{v:.4e}" for v in y_ida], t
+    # the other rounding: the other branch
+    assert f"{ida[True][0][1]:.4e}" == "2.0801e+07" and ida[True][2] == 529
+    # JIDA's two roundings take IDA's two branches: the same roots and Newton iterations
+    ida_branches = sorted((r[1], n) for r, _, n in ida.values())
+    jida_branches = sorted((r[1], n) for r, _, n, _ in map(_jida, (False, True)))
+    assert [n for _, n in jida_branches] == [n for _, n in ida_branches] == [537, 529]
+    for (ours, _), (theirs, _) in zip(jida_branches, ida_branches):
+        assert abs(ours / theirs - 1) < 1e-7, (ours, theirs)
+
+
+def test_on_the_printed_branch_every_row_and_both_roots_are_idas():
+    (t_a, *_), (t_b, *_) = roberts_roots()
+    rows = _printed_rows()
+    printed = [r for r in map(_jida, (False, True)) if f"{r[0][1]:.4e}" == f"{t_b:.4e}"]
+    assert len(printed) == 1                        # one of the two roundings
+    (roots, ys, nni, nst), = printed
+    assert rows[-1][4] == 362                       # IDA's nst at 4e10
+    assert (f"{roots[0]:.4e}", nni, nst) == (f"{t_a:.4e}", 537, 362)
+    for (t, *y_ida, _, _, _), y in list(zip(rows, ys))[:-1]:  # 4e10: see above
+        assert [f"{v:.4e}" for v in y] == [f"{v:.4e}" for v in y_ida], t
 
 
 def _exact_roots():
