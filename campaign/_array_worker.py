@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import filelock
-import orjson
 
 from schedulers import ErrorInfo, OutcomeKind
 from schedulers._usage import Meter
@@ -138,8 +137,7 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
     check_submission_id(submission)
     owner = owner or slurm_owner()
     try:
-        task_ids = orjson.loads(_ownership.read_bytes(task_list_path(ledger, submission),
-                                                      ledger))
+        task_ids = _ownership.read_json(task_list_path(ledger, submission), ledger)
     except FileNotFoundError:
         raise LedgerError(f"ledger {ledger} has no submission {submission!r} (no "
                           f"{task_list_path(ledger, submission)}); submit it with "

@@ -45,8 +45,8 @@ from ._owner_lease import (
     gone,
     identity,
     no_flock,
-    read_lease,
 )
+from ._ownership import read_object
 from ._signals import block_stop_signals
 
 logger = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class LedgerLock:
         token, self._token = self._token, None
         try:
             if token is not None and not os.path.lexists(self._marker(token)):
-                found, _ = read_lease(self.owner, self.ledger)
+                found, _ = read_object(self.owner, self.ledger)
                 if found is None or found.get("token") == token:  # None: a stale cached size
                     os.unlink(self.owner)
                 else:
@@ -137,7 +137,7 @@ class LedgerLock:
                 self._token = token
                 return
             try:
-                found, st = read_lease(self.owner, self.ledger)
+                found, st = read_object(self.owner, self.ledger)
             except FileNotFoundError:  # released meanwhile (or a view's cached name): again
                 if not blocking or time.monotonic() > deadline:
                     raise Timeout(str(self.owner)) from None
@@ -184,7 +184,7 @@ class LedgerLock:
             if create_exclusive(marker, data, whole=True):
                 return marker
             try:
-                breaker, st = read_lease(marker, self.ledger)
+                breaker, st = read_object(marker, self.ledger)
             except FileNotFoundError:  # removed meanwhile (cleaned up): look again
                 vanished += 1
                 if vanished > 3:
@@ -202,7 +202,7 @@ class LedgerLock:
         if marker is None:
             return False  # another process breaks it
         try:
-            again, st2 = read_lease(self.owner, self.ledger)
+            again, st2 = read_object(self.owner, self.ledger)
         except FileNotFoundError:
             again, st2 = None, None
         if st2 is None or _instance(again, st2) != victim:

@@ -36,7 +36,7 @@ import orjson
 
 from ._atomic import HOST, atomic_write, tmp_name
 from ._errors import DriverBusyError, LeaseLostError
-from ._ownership import check as check_owner
+from ._ownership import read_object
 from ._signals import block_stop_signals
 
 logger = logging.getLogger(__name__)
@@ -204,23 +204,6 @@ def no_flock(exc: BaseException) -> bool:
         isinstance(exc, OSError) and exc.errno in NO_FLOCK)
 
 
-def read_lease(path: Path, ledger: Path | None = None) -> tuple[dict[str, Any] | None,
-                                                                os.stat_result]:
-    """A lease file's object (None while it is being written, or when it cannot be parsed)
-    and its stat. Raises `FileNotFoundError` when there is no such file; with ``ledger``,
-    `LedgerError` when it is not the ledger owner's (`campaign._ownership`)."""
-    with open(path, "rb") as f:
-        st = os.fstat(f.fileno())
-        if ledger is not None:
-            check_owner(path, st, ledger)
-        data = f.read()
-    try:
-        found = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None, st
-    return (found if type(found) is dict else None), st
-
-
 def lease_seconds_default() -> float:
     """`DRIVER_LEASE`, or the seconds the environment variable `LEASE_ENV` gives."""
     text = os.environ.get(LEASE_ENV, "").strip()
@@ -238,9 +221,10 @@ def lease_seconds_default() -> float:
 
 def free(found: dict[str, Any] | None, st: os.stat_result, seconds: float,
          now: float | None = None) -> bool:
-    """Whether a lease (as `read_lease` gave it) may be taken: released, its holder provably
-    gone, or expired by the reader's clock, unless its holder provably runs on this host (a
-    driver stopped by Ctrl-Z keeps its lease, as it kept its ``flock``). A file being written
+    """Whether a lease (as `campaign._ownership.read_object` gave it) may be taken: released,
+    its holder provably gone, or expired by the reader's clock, unless its holder provably runs
+    on this host (a driver stopped by Ctrl-Z keeps its lease, as it kept its ``flock``). A file
+    being written
     (``found`` None) is judged by its age (its modification time, the file system's clock)
     against ``seconds``."""
     now = time.time() if now is None else now
@@ -303,7 +287,7 @@ class DriverLease:
             if n == 0:
                 return None
             try:
-                found, st = read_lease(self.path(n), self.ledger)
+                found, st = read_object(self.path(n), self.ledger)
             except FileNotFoundError:
                 continue  # removed meanwhile: look again
             return None if free(found, st, self.seconds) else (found or {"expires": None})
@@ -316,7 +300,7 @@ class DriverLease:
         for _ in range(1000):
             if n:
                 try:
-                    found, st = read_lease(self.path(n), self.ledger)
+                    found, st = read_object(self.path(n), self.ledger)
                 except FileNotFoundError:
                     n = self._newest()
                     continue
@@ -358,7 +342,7 @@ class DriverLease:
         while found is None and time.monotonic() < deadline:
             time.sleep(0.05)
             try:
-                found = read_lease(self.path(n), self.ledger)[0]
+                found = read_object(self.path(n), self.ledger)[0]
             except FileNotFoundError:
                 break
         return found
@@ -426,7 +410,7 @@ class DriverLease:
                 taker: dict[str, Any] = {}
                 if newest > n:
                     try:
-                        taker = read_lease(self.path(newest), self.ledger)[0] or {}
+                        taker = read_object(self.path(newest), self.ledger)[0] or {}
                     except FileNotFoundError:
                         pass
                 self.taken_by = taker

@@ -26,6 +26,9 @@ import os
 import pwd
 import stat
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from ._errors import LedgerError
 from ._shell import command
@@ -95,6 +98,32 @@ def read_bytes(path: Path, ledger: Path) -> bytes:
             return f.read()
     finally:
         os.close(fd)
+
+
+def read_json(path: Path, ledger: Path) -> Any:
+    """The JSON value of the sidecar ``path`` of ``ledger`` (a task list, a fragment, a lease,
+    a count), read as `read_bytes` reads it: the one decoder of the files beside a ledger.
+
+    Raises FileNotFoundError where it is gone, `LedgerError` where the rule refuses it,
+    ``orjson.JSONDecodeError`` (a ValueError) where it is not JSON: half written, or foreign."""
+    return orjson.loads(read_bytes(path, ledger))
+
+
+def read_object(path: Path, ledger: Path | None = None) -> tuple[dict[str, Any] | None,
+                                                                os.stat_result]:
+    """A lease file's object (None while it is being written, or when it cannot be parsed)
+    and its stat. Raises `FileNotFoundError` when there is no such file; with ``ledger``,
+    `LedgerError` when it is not the ledger owner's (`check`)."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        if ledger is not None:
+            check(path, st, ledger)
+        data = f.read()
+    try:
+        found = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None, st
+    return (found if type(found) is dict else None), st
 
 
 def check_folder(path: Path, ledger: Path) -> bool:

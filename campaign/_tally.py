@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from ._records import Columns, columns
+from . import _ownership
+from ._schema import Columns, columns
 from ._status import ACCEPTED, FAILED, RUNNING, RunStatus, Status
 
 #: While a run is live and longer than this, throughput is measured over its last this-many s.
@@ -215,8 +216,8 @@ class SubmissionTally:
         self.since = run.get("started") or 0.0
         self.job = run.get("job")
         try:
-            self.to_run: list[str] | None = orjson.loads(
-                task_list_path(ledger, run.get("submission") or run["id"]).read_bytes())
+            self.to_run: list[str] | None = _ownership.read_json(
+                task_list_path(ledger, run.get("submission") or run["id"]), ledger)
         except (FileNotFoundError, orjson.JSONDecodeError):
             self.to_run = None
         self.wanted = None if self.to_run is None else set(self.to_run)

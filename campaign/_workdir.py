@@ -69,7 +69,7 @@ def read_json(path: Path) -> Any:
     """A small JSON file of ``<ledger>.work/``, or None if it is gone or being written.
     Raises `LedgerError` if it is not the ledger owner's (`campaign._ownership`)."""
     try:
-        return orjson.loads(_ownership.read_bytes(path, ledger_of(path)))
+        return _ownership.read_json(path, ledger_of(path))
     except (FileNotFoundError, orjson.JSONDecodeError):
         return None
 
@@ -193,8 +193,7 @@ class WorkDir:
     def lost(self, task_id: str) -> int:
         """How many times this submission lost the task (its array worker died holding it)."""
         try:
-            return int(orjson.loads(_ownership.read_bytes(self.root / "lost" / task_key(task_id),
-                                                          self.ledger)))
+            return int(_ownership.read_json(self.root / "lost" / task_key(task_id), self.ledger))
         except (FileNotFoundError, orjson.JSONDecodeError, TypeError, ValueError):
             return 0
 
@@ -240,7 +239,7 @@ def fragment_files(ledger: Path) -> list[Path]:
 def load_fragment(path: Path) -> dict[str, dict[str, Any]] | None:
     """The records of a fragment file, or None if it is gone or not (yet) whole."""
     try:
-        return orjson.loads(_ownership.read_bytes(path, ledger_of(path)))["records"]
+        return _ownership.read_json(path, ledger_of(path))["records"]
     except (FileNotFoundError, orjson.JSONDecodeError, KeyError, TypeError):
         return None
 
@@ -336,14 +335,17 @@ def forgetting(ledger: Path, *, busy: bool) -> None:
             {"busy": busy, "token": secrets.token_hex(8), "at": time.time()}))
 
 
+#: How `forgetting` begins ``forgets.json`` once a forget has written the ledger.
+_NOT_BUSY = orjson.dumps({"busy": False})[:-1] + b","
+
+
 def busy_state(state: bytes | None) -> bool:
-    """Whether `forget_state`'s bytes say a forget was under way (or was killed during one)."""
+    """Whether `forget_state`'s bytes say a forget was under way (or was killed during one):
+    any bytes but those `forgetting` writes after a forget (a half-written or hand-made file
+    included) say it may be, and the worker reads the ledger again under its lock."""
     if state is None:
         return False
-    try:
-        return bool(orjson.loads(state).get("busy", True))
-    except (orjson.JSONDecodeError, AttributeError):
-        return True
+    return not state.startswith(_NOT_BUSY)
 
 
 def forget_traces(ledger: Path, task_ids: list[str]) -> int:
@@ -363,7 +365,7 @@ def forget_traces(ledger: Path, task_ids: list[str]) -> int:
     changed = 0
     for path in fragment_files(ledger):  # first: a merge would bring their records back
         try:
-            whole = orjson.loads(_ownership.read_bytes(path, ledger))
+            whole = _ownership.read_json(path, ledger)
         except (FileNotFoundError, orjson.JSONDecodeError):
             continue
         records = whole.get("records") if isinstance(whole, dict) else None
