@@ -21,7 +21,7 @@ from . import _journal
 from ._atomic import atomic_write, write_error_text
 from ._errors import LedgerError, LedgerWriteError
 from ._ledger_lock import LedgerLock
-from ._records import MISSING, records_problem, run_problem
+from ._schema import MISSING, records_problem, run_problem
 from ._stale import Attributes, Unsettled, fresh_stat, read_bytes, retried
 from ._status import FORMAT_NAME, FORMAT_VERSION
 from ._store import RecordStore, whole_file
@@ -91,6 +91,15 @@ def parse(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
+def parse_object(data: bytes) -> dict[str, Any] | None:
+    """``data`` parsed, if it is one JSON object (a chunk of records, a head); else None."""
+    try:
+        found = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return found if type(found) is dict else None
+
+
 #: A record's start: ``"<task id>":{"status":`` (the writer's first field), spaces allowed.
 _RECORD_START = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*\{\s*"status"\s*:')
 
@@ -151,7 +160,7 @@ def _parse_unchecked(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any
 
 def check(doc: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """Check every field of the document, its runs and its task records against the schema
-    (docs/ledger.md; `campaign._records.RECORD_FIELDS`). Raises `LedgerError` naming the field."""
+    (docs/ledger.md; `campaign._schema.RECORD_FIELDS`). Raises `LedgerError` naming the field."""
     tasks = doc.get("tasks")
     if type(tasks) is not dict or type(doc.get("runs")) is not list:
         raise LedgerError(f"ledger {path} lacks its 'tasks' object or 'runs' list; it is corrupt "

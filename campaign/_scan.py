@@ -14,7 +14,7 @@ Every chunk is checked exactly as `campaign.read_ledger` checks the whole file
 cannot split (written by hand, pretty-printed, ``"tasks"`` not last) is read whole with
 `campaign._document.read` instead: the same answer, without the memory bound.
 
-How a chunk is checked: `campaign._records.valid_columns` checks it at once with C-level
+How a chunk is checked: `campaign._schema.valid_columns` checks it at once with C-level
 operations over its columns, which are kept for the caller (`blocks`); only a chunk it does not
 find valid is checked record by record, which names the task and the field. `campaign status`
 and `campaign report` read `Scan.typed_blocks`: each block parsed and checked in one pass into
@@ -36,11 +36,10 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from . import _document
 from ._errors import LedgerError
-from ._records import Columns, columns, merge, valid_columns
+from ._records import merge
+from ._schema import Columns, columns, valid_columns
 from ._stale import FreshReader, open_fresh
 
 logger = logging.getLogger(__name__)
@@ -214,7 +213,7 @@ class Scan:
                 typed = None
             if typed is not None:
                 return self._typed_checked(typed, data, plain)
-        tasks = _loads(data)
+        tasks = _document.parse_object(data)
         return None if tasks is None else self._checked(tasks)
 
     def _checked(self, tasks: dict[str, Any],
@@ -254,7 +253,7 @@ class Scan:
                     if records is not None:
                         return self._typed_checked(records, data, plain), buf[offset + 1:]
                     continue
-                tasks = _loads(data)
+                tasks = _document.parse_object(data)
                 if tasks is not None:
                     return self._checked(tasks), buf[offset + 1:]  # the comma dropped
             if begin == 0:
@@ -275,7 +274,7 @@ class Scan:
             cols = typed_columns(list(records.values()))
         if cols is not None:
             return records, cols
-        tasks = _loads(data)
+        tasks = _document.parse_object(data)
         return None if tasks is None else self._checked(tasks)
 
     def _fallback(self, done: int) -> tuple[dict[str, Any], Columns]:
@@ -292,15 +291,6 @@ class Scan:
             yield from chunk.items()
 
 
-def _loads(data: bytes) -> dict[str, Any] | None:
-    """``data`` parsed, if it is one JSON object."""
-    try:
-        tasks = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return tasks if type(tasks) is dict else None
-
-
 def _never(tasks: dict[str, Any]) -> bool:
     return False
 
@@ -308,11 +298,10 @@ def _never(tasks: dict[str, Any]) -> bool:
 def _head(before: bytes, path: Path) -> dict[str, Any] | None:
     """The document's top-level fields before ``"tasks"``, checked as the reader checks them,
     or None when ``before`` does not end at a top-level key of a ledger's object."""
-    try:
-        orjson.loads(before + b'"tasks":{}}')
-    except orjson.JSONDecodeError:
+    data = before + b'"tasks":{}}'
+    if _document.parse_object(data) is None:
         return None
-    doc = _document.parse(before + b'"tasks":{}}', path)
+    doc = _document.parse(data, path)
     return {k: v for k, v in doc.items() if k != "tasks"}
 
 
