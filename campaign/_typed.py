@@ -2,7 +2,7 @@
 `campaign report`).
 
 `campaign._scan.Scan.blocks` parses a block of records with ``orjson`` into dicts, then checks
-their fields over the chunk's columns (`campaign._records.valid_columns`). `decode` here parses
+their fields over the chunk's columns (`campaign._schema.valid_columns`). `decode` here parses
 a block with ``msgspec`` into `Record`s, which declare each field of docs/ledger.md with its
 type: the parse itself checks the types, the statuses, the counts >= 0 and the results' values
 (in C, as it goes) and makes no dict per record; `typed_columns` checks the rest (fingerprints,
@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from ._records import COLUMNS, Columns, values_valid
+from ._schema import COLUMNS, Columns, values_valid
 
 #: The values of a field that must be an int: int64 (msgspec's bounds). ``orjson`` reads ints
 #: up to uint64 as ints (those beyond int64 go the plain way) and larger ones as floats.
@@ -91,7 +91,7 @@ def decode(data: bytes) -> dict[str, Record] | None:
 
 def typed_columns(recs: list[Record]) -> Columns | None:
     """The `Columns` of ``recs`` (from `decode`), or None when one breaks a rule of the ledger
-    that their types do not say (`campaign._records.values_valid`): look record by record.
+    that their types do not say (`campaign._schema.values_valid`): look record by record.
     Each column is made when it is first asked for (``cols.fields[key]``)."""
     fields = _Fields(recs)
     cols = Columns(fields, Counter(fields["status"]))
@@ -99,7 +99,7 @@ def typed_columns(recs: list[Record]) -> Columns | None:
 
 
 class _Fields(dict[str, tuple[Any, ...]]):
-    """The columns of `Record`s (`campaign._records.COLUMNS`), each made on first use."""
+    """The columns of `Record`s (`campaign._schema.COLUMNS`), each made on first use."""
 
     def __init__(self, recs: list[Record]):
         super().__init__()

@@ -21,7 +21,7 @@ import orjson
 
 from .._format import duration, plural, rate, timestamp
 from .._jobs import any_active, job_array_states
-from .._records import Columns
+from .._schema import Columns
 from .._shell import command
 from .._skew import FRACTION, skewed
 from .._status import RunStatus, Status

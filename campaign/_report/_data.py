@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._records import Columns, columns
+from .._schema import Columns, columns
 from .._status import Status
 from . import MAX_POINTS as MAX_POINTS
 from . import MAX_TASK_ROWS

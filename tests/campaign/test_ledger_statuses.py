@@ -17,7 +17,8 @@ import pytest
 
 from campaign import LedgerError, RunStatus, Status, read_ledger
 from campaign._jsonvalue import fingerprint
-from campaign._records import RECORD_FIELDS, RUN_FIELDS, RUN_STATUSES, new_record
+from campaign._records import new_record
+from campaign._schema import RECORD_FIELDS, RUN_FIELDS, RUN_STATUSES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ledger.md"
 TASK_STATUSES = {s.value for s in Status}

@@ -226,7 +226,7 @@ def test_the_chunk_check_accepts_only_what_the_record_check_accepts(tmp_path):
     import random
 
     from campaign import read_ledger
-    from campaign._records import record_problem, valid_columns
+    from campaign._schema import record_problem, valid_columns
 
     recs = list(read_ledger(_small_ledger(tmp_path, 1000))["tasks"].values())
     assert valid_columns(recs) is not None
