@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import _document
+from . import _document, _update
 from ._errors import DriverBusyError
 from ._leases import live_leases
 from ._shell import command
@@ -67,7 +67,7 @@ def forget(ledger: str | os.PathLike[str],
         return gone
 
     with _document.file_lock(path):
-        _, backup = _document.update(path, mutate, backup="before-forget", locked=True)
+        _, backup = _update.update(path, mutate, backup="before-forget", locked=True)
         if removed:
             forgetting(path, busy=False)
     logger.info("forgot %d task(s) in %s; the ledger as it was is kept as %s", len(removed),

@@ -23,7 +23,7 @@ import orjson
 
 from . import _skew
 from ._atomic import atomic_write
-from ._owner_lease import create_exclusive
+from ._exclusive import create_exclusive
 from ._signals import block_stop_signals
 from ._workdir import WorkDir, checked_root, read_json, task_key
 

@@ -19,11 +19,12 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from . import _document, _journal, _runs, _storeload
+from . import _document, _journal, _runs, _storeload, _update
 from ._atomic import remove_stale_tmp, write_error_text
 from ._commit import CLOSE_RETRY, GroupCommit
 from ._errors import DriverBusyError, LedgerWriteError
-from ._owner_lease import DriverLease, driver_lock_path, no_flock
+from ._exclusive import no_flock
+from ._owner_lease import DriverLease, driver_lock_path
 from ._status import ACCEPTED, RunStatus
 from ._store import RecordStore
 from ._workdir import absorb_fragments, fragment_files
@@ -141,7 +142,7 @@ class Ledger(GroupCommit):
         block at a time, `campaign._storeload`), set it aside or take over its leftovers.
         Returns the fragments merged, to remove once the run's first write holds them."""
         remove_stale_tmp(self.path)
-        _document.remove_stale_backup_tmp(self.path)  # a killed forget's
+        _update.remove_stale_backup_tmp(self.path)  # a killed forget's
         if not self.path.exists():
             return []
         doc, state = _storeload.load(self.path)  # a block at a time, the records as bytes

@@ -7,12 +7,12 @@ Taking it takes two things, in this order:
    file system whose locks are coherent) queue on it without polling. Where ``flock`` fails
    with ``ENOSYS`` (Lustre mounted ``noflock``) it is skipped.
 2. ``<ledger>.lock.owner``, created with ``O_CREAT | O_EXCL`` and holding its holder's
-   `campaign._owner_lease.identity` and a random ``token``; removed when the lock is released.
+   `campaign._exclusive.identity` and a random ``token``; removed when the lock is released.
    This is what excludes processes on nodes whose ``flock`` does not exclude each other's. A
    process that finds it waits (polling, at most 50 ms apart) until it is removed.
 
 A holder that dies leaves the file. It is *broken* when its holder is provably gone (on this
-host: `campaign._owner_lease.gone`) or when the file has not been touched for `LOCK_LEASE`
+host: `campaign._exclusive.gone`) or when the file has not been touched for `LOCK_LEASE`
 seconds (a holder touches it every `TOUCH_EVERY` seconds while it holds it, from one thread
 per process). Breaking it is an exclusive create of ``<ledger>.lock.owner.break-<token>``, the
 token of the instance being broken: of two processes that found the same dead holder, one
@@ -38,14 +38,8 @@ import orjson
 from filelock import FileLock, Timeout
 
 from ._atomic import atomic_write
-from ._owner_lease import (
-    CLEANUP_AGE,
-    create_exclusive,
-    describe,
-    gone,
-    identity,
-    no_flock,
-)
+from ._exclusive import create_exclusive, describe, gone, identity, no_flock
+from ._owner_lease import CLEANUP_AGE
 from ._ownership import read_object
 from ._signals import block_stop_signals
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _document, _records, _storeload
+from . import _document, _records, _storeload, _update
 from ._campaign import Campaign, more_refused_message, refused_message
 from ._errors import LedgerError
 from ._items import ItemSelection, PreparedItems
@@ -188,7 +188,7 @@ def _compact(path: Path, doc: dict[str, Any], state: _document.DiskState) -> Non
     ``state`` says (else it is read again under the lock); a failure is only logged (what
     it held stays on disk, in the file and the journal)."""
     try:
-        _document.compact(path, doc, state)
+        _update.compact(path, doc, state)
     except (LedgerError, OSError) as exc:
         logger.warning("%s", exc)
 

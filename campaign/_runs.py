@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import _document
+from . import _document, _update
 from ._atomic import HOST, atomic_write
 from ._errors import DriverBusyError, LedgerError
+from ._exclusive import process_start
 from ._leases import live_leases
-from ._owner_lease import DriverLease, busy_text, process_start
+from ._owner_lease import DriverLease, busy_text
 from ._status import INTERRUPTED, RUNNING, RUNS_LIMIT, RunStatus
 from ._store import RecordStore
 from ._storeload import StoreScan
@@ -123,7 +124,7 @@ def busy_message(path: Path) -> str:
 def set_aside(path: Path, doc: dict[str, Any], state: _document.DiskState) -> None:
     """resume=False: keep the old ledger (with its journal merged) beside, with its array
     work folder, under a name that says so."""
-    saved = _document.backup_path(path, "replaced")
+    saved = _update.backup_path(path, "replaced")
     if state.journal:  # a journal: the file alone does not hold everything
         atomic_write(saved, _document.document_chunks(doc), like=path)
     else:

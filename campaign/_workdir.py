@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from . import _document, _ownership
+from . import _ownership, _update
 from ._atomic import HOST, atomic_write
 from ._errors import LedgerError
 from ._records import fold_superseded, is_folded, merge
@@ -297,7 +297,7 @@ def merge_fragments(ledger: Path) -> int:
     def mutate(doc: dict[str, Any]) -> None:
         settled.extend(absorb_fragments(doc, ledger))
 
-    _document.update(ledger, mutate)
+    _update.update(ledger, mutate)
     for path in settled:
         path.unlink(missing_ok=True)
     return len(pending) - len(settled)

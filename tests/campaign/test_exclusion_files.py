@@ -1,5 +1,5 @@
-"""The files that exclude without ``flock`` (campaign/_owner_lease.py, campaign/_ledger_lock.py),
-on a local disk: how a lease or lock held by another host, by a dead process of this host, or by
+"""The files that exclude without ``flock`` (campaign/_exclusive.py, campaign/_owner_lease.py,
+campaign/_ledger_lock.py), on a local disk: how a lease or lock held by another host, by a dead process of this host, or by
 a live one is judged. The two-node tests are in tests/sharedfs/test_exclusion.py."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from filelock import Timeout
 
 from campaign import DriverBusyError, Ledger, checkpointed_map, read_ledger
 from campaign._ledger_lock import LOCK_LEASE, LedgerLock
-from campaign._owner_lease import CLEANUP_AGE, identity
+from campaign._exclusive import identity
+from campaign._owner_lease import CLEANUP_AGE
 from testkit import PYTHON
 
 

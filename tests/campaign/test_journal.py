@@ -21,7 +21,8 @@ import pytest
 from testkit import PATIENCE, PYTHON, child_env
 
 from campaign import Ledger, checkpointed_map, read_ledger
-from campaign._document import dumps, new_document, update
+from campaign._document import dumps, new_document
+from campaign._update import update
 from campaign._journal import journal_path
 from campaign._jsonvalue import fingerprint
 from campaign._records import finished, new_record, started

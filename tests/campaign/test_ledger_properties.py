@@ -25,7 +25,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from campaign import Ledger, checkpointed_map, read_ledger
 from campaign._atomic import HOST
-from campaign._document import dumps, new_document, update
+from campaign._document import dumps, new_document
+from campaign._update import update
 from campaign._journal import journal_path
 from campaign._jsonvalue import fingerprint
 from campaign._records import finished, new_record, started

@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from campaign import Ledger, _commit, _document, read_ledger
 from campaign._atomic import atomic_write
-from campaign._document import update
+from campaign._update import update
 from campaign._jsonvalue import fingerprint
 from campaign._records import finished, new_record, started
 
