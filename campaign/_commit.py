@@ -28,7 +28,8 @@ import orjson
 from . import _document, _journal, _storeload
 from ._atomic import WriteFailures, atomic_write, write_error_text, write_retry_default
 from ._errors import LedgerError, LedgerWriteError
-from ._records import merge
+from ._ownwrites import OwnWrites
+from ._records import newer
 from ._runs import find_run
 from ._signals import block_stop_signals
 from ._store import RecordStore, whole_file
@@ -38,9 +39,6 @@ logger = logging.getLogger(__name__)
 #: At most this long (seconds) is a failing write retried when a run closes after Ctrl-C,
 #: SIGTERM or an error, so that stopping never hangs for the whole write-retry window.
 CLOSE_RETRY = 10.0
-#: How many of its last whole-file writes a writer remembers the records of, for a merge with
-#: a file made by a process whose lock did not exclude it (`GroupCommit._merge_from_disk`).
-EPOCHS = 8
 #: How often (seconds) an idle driver looks whether another process replaced its ledger; if
 #: so it merges it and writes it again, restoring what a writer its lock did not exclude
 #: dropped (`GroupCommit._merge_from_disk`).
@@ -80,15 +78,9 @@ class GroupCommit:
         self._wake = threading.Condition(self._state)
         self._written = threading.Condition(self._state)  # a failing episode ended
         self._dirty: set[str] = set()
-        #: task id -> (epoch, journal size) of the write that last carried its record: the
-        #: records this process wrote in its last `EPOCHS` whole-file writes and the appends
-        #: after them, kept in a merge unless the process that replaced the file had read them
-        #: (`_merge_from_disk`). An epoch begins with each whole-file write (size 0) and
-        #: ``_epochs`` maps each of those files' generations to (its epoch, True), and the
-        #: generation of each file merged from another process to (the epoch then, False).
-        self._mine: dict[str, tuple[int, int]] = {}
-        self._epochs: dict[str, tuple[int, bool]] = {}
-        self._epoch = 0
+        #: what this process wrote, kept in a merge unless the process that replaced the file
+        #: had read it (`_merge_from_disk`)
+        self._own = OwnWrites()
         self._meta_dirty = False
         self._closing = False
         self._writer_idle = False
@@ -162,7 +154,7 @@ class GroupCommit:
                     # nothing of its own written yet when it began to wait
                     self._wake.wait(IDLE_CHECK if self.driver else None)
                     self._writer_idle = False
-                    if self.driver and self._mine and self._disk_state is not None \
+                    if self.driver and self._own and self._disk_state is not None \
                             and _document.file_state(self.path) != self._disk_state:
                         # replaced: merge it soon, and write again what it may have dropped
                         self._meta_dirty = True
@@ -306,8 +298,7 @@ class GroupCommit:
                 self._need_whole = True  # never append after a line that may be cut short
             raise
         self._journal_bytes = size
-        for tid in taken:
-            self._mine[tid] = (self._epoch, size)
+        self._own.appended(taken, size)
         assert self._disk_state is not None
         self._disk_state = self._disk_state._replace(journal=size)
         self.bytes_written += len(line)
@@ -341,14 +332,7 @@ class GroupCommit:
             raise
         self._disk_state = _document.DiskState.of(st, 0)
         self._generation = generation
-        self._epoch += 1
-        epoch = self._epoch
-        self._epochs[generation] = (epoch, True)
-        for tid in taken:
-            self._mine[tid] = (epoch, 0)
-        if len(self._epochs) > 2 * EPOCHS:  # forget the oldest epochs
-            self._epochs = {g: e for g, e in self._epochs.items() if e[0] > epoch - EPOCHS}
-            self._mine = {t: m for t, m in self._mine.items() if m[0] > epoch - EPOCHS}
+        self._own.wrote_file(generation, taken)
         self._file_bytes, self._journal_bytes = st.st_size, 0
         self.bytes_written += st.st_size
         self.commits += 1
@@ -357,11 +341,8 @@ class GroupCommit:
     def _merge_from_disk(self) -> None:
         """Another process replaced the file: adopt its records, except those we changed since
         the file we last wrote or read, record by record (`newer`): the changes not written
-        yet, and those we wrote that the other process did not read. Its file names what it
-        read as its ``base``: one of our files' generations and how much of its journal; what
-        we wrote after that (a later append, a later file) it did not read: the lock did not
-        exclude it, and it dropped them. A file whose base is not one of our last `EPOCHS`
-        files keeps all we wrote in them."""
+        yet, and those we wrote that the other process did not read (`OwnWrites.unread`: the
+        lock did not exclude it, and it dropped them)."""
         try:
             disk, state = _storeload.load(self.path)  # a block at a time, the records as bytes
         except LedgerError as exc:
@@ -369,24 +350,7 @@ class GroupCommit:
                               "memory and the file was not overwritten)") from None
         ours = self.store
         tasks = disk["tasks"]
-        found = disk.get("base")
-        base: dict[str, Any] = found if isinstance(found, dict) else {}
-        read, made_from = base.get("journal"), base.get("generation")
-        known = self._epochs.get(made_from) if isinstance(made_from, str) else None
-        epoch: int | None = None
-        own = True
-        if known is not None:
-            epoch, own = known
-        elif made_from == self._generation:
-            epoch = self._epoch
-        if not own:  # a file merged before: it held all of that epoch we had written
-            read = float("inf")
-        if epoch is not None and isinstance(read, (int, float)):
-            at, upto = epoch, read
-            unseen = [tid for tid, (e, size) in self._mine.items()
-                      if e > at or (e == at and size > upto)]
-        else:
-            unseen = list(self._mine)
+        unseen = self._own.unread(disk.get("base"), self._generation)
         if unseen:
             logger.warning("ledger %s was replaced by a process that had not read %d record(s) "
                            "this one wrote (its lock did not exclude this process: a shared "
@@ -402,15 +366,7 @@ class GroupCommit:
         self._dirty.update(unseen)  # to write again: the file holds them no more
         if isinstance(disk.get("generation"), str):  # what the next file is made from
             self._generation, self._disk_state = disk["generation"], state
-            self._epochs[disk["generation"]] = (self._epoch, False)
+            self._own.merged(disk["generation"])
         self.merges += 1
         logger.debug("merged changes made by another process into %s", self.path)
 
-
-def newer(on_disk: dict[str, Any] | None, mine: dict[str, Any]) -> dict[str, Any]:
-    """The record to keep of two versions of one task, as fragments are merged: the newer
-    attempt (more ``attempts``); of one attempt, ours, except that an accepted record on disk is
-    never replaced (`campaign._records.merge`)."""
-    if on_disk is not None and on_disk["attempts"] > mine["attempts"]:
-        return on_disk
-    return merge(on_disk, mine)

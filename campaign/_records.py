@@ -177,3 +177,12 @@ def merge(on_disk: dict[str, Any] | None, mine: dict[str, Any]) -> dict[str, Any
     if on_disk is not None and on_disk["status"] == ACCEPTED:
         return on_disk
     return mine
+
+
+def newer(on_disk: dict[str, Any] | None, mine: dict[str, Any]) -> dict[str, Any]:
+    """The record to keep of two versions of one task, as fragments are merged: the newer
+    attempt (more ``attempts``); of one attempt, ours, except that an accepted record on disk is
+    never replaced (`merge`)."""
+    if on_disk is not None and on_disk["attempts"] > mine["attempts"]:
+        return on_disk
+    return merge(on_disk, mine)

@@ -67,11 +67,11 @@ def read_ledger(path: Path) -> dict[str, Any]:
 
 def scan_ledger(path: Path, *, with_leases: bool = True) -> tuple[
         dict[str, Any], Iterator[dict[str, Any]], Any]:
-    """Stream a ledger without any lock (`campaign._scan.scan_records`): its top-level fields,
+    """Stream a ledger without any lock (`campaign._overlay.scan_records`): its top-level fields,
     its checked records chunk by chunk (array fragments applied, leased tasks running) and the
     overlay; a problem found at the start or in a later chunk exits 2."""
     from .._errors import LedgerError
-    from .._scan import scan_records
+    from .._overlay import scan_records
 
     try:
         head, chunks, over = scan_records(path, with_leases=with_leases)

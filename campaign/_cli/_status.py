@@ -101,11 +101,11 @@ def status_command(ledger: Path, as_json: bool, tasks_of: str | None) -> int:
 
 def scan_blocks(path: Path) -> tuple[dict[str, Any], Iterator[tuple[dict[str, Any], Columns]],
                                      Any]:
-    """Stream a ledger without any lock (`campaign._scan.scan_columns`): its top-level fields,
+    """Stream a ledger without any lock (`campaign._overlay.scan_columns`): its top-level fields,
     its checked records and their columns chunk by chunk (array fragments applied, leased
     tasks running) and the overlay; a problem found at the start or in a later chunk exits 2."""
     from .._errors import LedgerError
-    from .._scan import scan_columns
+    from .._overlay import scan_columns
 
     try:
         head, blocks, over = scan_columns(path, typed=True)

@@ -97,7 +97,7 @@ class Data:
 
 def load(path: Path, now: float) -> Data:
     """Read the ledger at ``path`` (with its array fragments and leases) into `Data`."""
-    from .._scan import scan_columns
+    from .._overlay import scan_columns
     from .._tally import Tally
 
     gc.disable()  # a chunk parses into many objects, none of them cyclic

@@ -179,7 +179,7 @@ def test_scan_applies_unmerged_fragments_as_overlay_does(tmp_path):
     """Records of array workers' fragments not merged yet (one replacing a record, one for a
     task only a fragment knows) stream by as `campaign._workdir.overlay` gives them."""
     from campaign import _records, read_ledger
-    from campaign._scan import scan_records
+    from campaign._overlay import scan_records
     from campaign._workdir import WorkDir, overlay
 
     ledger = _small_ledger(tmp_path, 2000)
@@ -297,7 +297,7 @@ def test_streamed_submission_facts_match_a_plain_count_of_json_load(tmp_path):
     columns, the submission's tasks by array element) equals a plain count over `json.load`'s
     records, one record at a time."""
     from campaign._cli._status import summarize
-    from campaign._scan import scan_columns
+    from campaign._overlay import scan_columns
     from campaign._tally import SubmissionTally, Tally
 
     ledger = _odd_submitted_ledger(tmp_path)

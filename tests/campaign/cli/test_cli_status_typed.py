@@ -16,7 +16,7 @@ from test_cli_status_large import load_benchmark
 from campaign import _document, _journal, _records, read_ledger
 from campaign._errors import LedgerError
 from campaign._schema import COLUMNS, record_problem
-from campaign._scan import scan_columns
+from campaign._overlay import scan_columns
 from campaign._status import Status
 from campaign._typed import Record, StatusName
 

@@ -246,7 +246,7 @@ def test_typed_records_give_the_columns_plain_records_give(tmp_path, monkeypatch
     """The report reads the scan's typed records (`campaign._typed.Record`) where it gives them:
     every column of the page's data is the one taken from the same records as plain dicts,
     also where records lack the per-attempt resource fields (pending ones; every third one)."""
-    from campaign import _scan
+    from campaign import _overlay
     from campaign._report import _data
 
     ledger = tmp_path / "mixed.json"
@@ -256,14 +256,14 @@ def test_typed_records_give_the_columns_plain_records_give(tmp_path, monkeypatch
         for key in _data.RESOURCES:
             rec.pop(key, None)
     ledger.write_bytes(orjson.dumps(doc))  # "tasks" last, each record's "status" first
-    scan, kinds, plain = _scan.scan_columns, set(), [False]
+    scan, kinds, plain = _overlay.scan_columns, set(), [False]
 
     def scan_columns(*args, typed=False, **kwargs):  # notes the types of the records read
         head, blocks, over = scan(*args, typed=typed and not plain[0], **kwargs)
         return head, ((kinds.update(type(r).__name__ for r in c.values()) or c, cols)
                       for c, cols in blocks), over
 
-    monkeypatch.setattr(_scan, "scan_columns", scan_columns)
+    monkeypatch.setattr(_overlay, "scan_columns", scan_columns)
     typed_data = _data.load(ledger, 1.8e9)
     assert kinds == {"Record"}, kinds
     plain[0] = True
