@@ -164,10 +164,12 @@ def _depend(numeric: jax.Array, after: Any) -> jax.Array:
 
     XLA orders operations by data dependencies only (on CPU it runs independent ones
     concurrently, and drops optimization barriers), so a call that frees or changes a factorization
-    in place must take an operand computed from everything that still reads it. The handle is
-    picked from a pair of copies at an index derived from a sum over ``after``: always the same
-    value, never foldable by the compiler. Under ``vmap`` the sum runs over the batch too, so an
-    unbatched handle stays unbatched (freed once).
+    in place must take an operand computed from everything that still reads it. The handle goes
+    through a select on a predicate computed from a sum over ``after``: false for every value of
+    the sum (NaN included), which the compiler cannot prove, so it cannot drop the dependency.
+    (Picking from two equal copies is folded away by XLA from jaxlib 0.12; tests/dae/test_linear.py
+    fails if a dependency is lost.) Under ``vmap`` the sum runs over the batch too, so an unbatched
+    handle stays unbatched (freed once).
     """
     leaves = tuple(jax.lax.stop_gradient(leaf) for leaf in jax.tree.leaves(after)
                    if jnp.size(leaf) and jnp.result_type(leaf) != jax.dtypes.float0)
@@ -178,10 +180,9 @@ def _depend(numeric: jax.Array, after: Any) -> jax.Array:
 
 def _pick(numeric: jax.Array, leaves: tuple[jax.Array, ...]) -> jax.Array:
     total = sum(jnp.sum(leaf.astype(jnp.float64)) for leaf in leaves)
-    bit = (jax.lax.bitcast_convert_type(total, jnp.uint64) >> 63).astype(jnp.int32)
-    pair = jnp.concatenate([numeric, numeric], axis=-1)
-    starts = (jnp.int32(0),) * (numeric.ndim - 1) + (bit,)
-    return jax.lax.dynamic_slice(pair, starts, numeric.shape)
+    # NaN: `!=` holds and `>=` does not; any other value: `!=` does not. Never both.
+    never = (total != total) & (total >= total)
+    return jnp.where(never, jnp.zeros_like(numeric), numeric)
 
 
 @custom_vmap
