@@ -90,15 +90,6 @@ def parse(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
-def parse_object(data: bytes) -> dict[str, Any] | None:
-    """``data`` parsed, if it is one JSON object (a chunk of records, a head); else None."""
-    try:
-        found = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return found if type(found) is dict else None
-
-
 #: A record's start: ``"<task id>":{"status":`` (the writer's first field), spaces allowed.
 _RECORD_START = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*\{\s*"status"\s*:')
 

@@ -203,10 +203,10 @@ def _decode(line: bytes) -> dict[str, Any] | None:
     try:
         if int(line[:8], 16) != zlib.crc32(payload):
             return None
-        entry = orjson.loads(payload)
-    except (ValueError, orjson.JSONDecodeError):
+    except ValueError:
         return None
-    if (type(entry) is not dict or type(entry.get("generation")) is not str
+    entry = _ownership.parse_object(payload)
+    if (entry is None or type(entry.get("generation")) is not str
             or type(entry.get("tasks")) is not dict
             or type(entry.get("updated")) not in (int, float)
             or type(entry.get("runs", [])) is not list):

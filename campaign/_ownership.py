@@ -119,11 +119,17 @@ def read_object(path: Path, ledger: Path | None = None) -> tuple[dict[str, Any] 
         if ledger is not None:
             check(path, st, ledger)
         data = f.read()
+    return parse_object(data), st
+
+
+def parse_object(data: bytes) -> dict[str, Any] | None:
+    """``data`` parsed, if it is one JSON object (a lease, a journal line, a chunk of a ledger's
+    records, a head); else None: half written, or foreign."""
     try:
         found = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return None, st
-    return (found if type(found) is dict else None), st
+        return None
+    return found if type(found) is dict else None
 
 
 def check_folder(path: Path, ledger: Path) -> bool:

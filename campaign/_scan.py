@@ -36,7 +36,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from . import _document
+from . import _document, _ownership
 from ._errors import LedgerError
 from ._schema import Columns, columns, valid_columns
 from ._stale import FreshReader, open_fresh
@@ -212,7 +212,7 @@ class Scan:
                 typed = None
             if typed is not None:
                 return self._typed_checked(typed, data, plain)
-        tasks = _document.parse_object(data)
+        tasks = _ownership.parse_object(data)
         return None if tasks is None else self._checked(tasks)
 
     def _checked(self, tasks: dict[str, Any],
@@ -252,7 +252,7 @@ class Scan:
                     if records is not None:
                         return self._typed_checked(records, data, plain), buf[offset + 1:]
                     continue
-                tasks = _document.parse_object(data)
+                tasks = _ownership.parse_object(data)
                 if tasks is not None:
                     return self._checked(tasks), buf[offset + 1:]  # the comma dropped
             if begin == 0:
@@ -273,7 +273,7 @@ class Scan:
             cols = typed_columns(list(records.values()))
         if cols is not None:
             return records, cols
-        tasks = _document.parse_object(data)
+        tasks = _ownership.parse_object(data)
         return None if tasks is None else self._checked(tasks)
 
     def _fallback(self, done: int) -> tuple[dict[str, Any], Columns]:
@@ -298,7 +298,7 @@ def _head(before: bytes, path: Path) -> dict[str, Any] | None:
     """The document's top-level fields before ``"tasks"``, checked as the reader checks them,
     or None when ``before`` does not end at a top-level key of a ledger's object."""
     data = before + b'"tasks":{}}'
-    if _document.parse_object(data) is None:
+    if _ownership.parse_object(data) is None:
         return None
     doc = _document.parse(data, path)
     return {k: v for k, v in doc.items() if k != "tasks"}
