@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain, compress
-from operator import attrgetter, itemgetter
+from itertools import compress
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from .._schema import Columns, columns
 from .._status import Status
 from . import MAX_POINTS as MAX_POINTS
 from . import MAX_TASK_ROWS
+from ._numeric import Numeric, floats, item_axis, numeric_columns, row_values
 
 #: The statuses, in the order of their integer codes in the columns.
 STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
@@ -33,10 +33,6 @@ PENDING, RUNNING, ACCEPTED, FAILED, INTERRUPTED = (CODE[s] for s in STATUSES)
 #: Per-attempt resource fields (absent from ledgers written before they were recorded).
 RESOURCES = ("cpu_s", "peak_rss_bytes", "gpu_peak_bytes")
 _RESOURCE_ATTRS = attrgetter(*RESOURCES)
-#: At most this many numeric result columns (and item fields) are plotted.
-MAX_COLUMNS = 12
-#: Results looked at to find the result keys (spread over the accepted tasks).
-_KEY_SAMPLE = 2000
 #: Bytes of the ledger read at a time: four times the scan's default (`campaign._scan.BLOCK`),
 #: as each block's records cost the report numpy calls and passes of their own. On a million
 #: records, `campaign report` took about 13 % less CPU time than with 64 KB blocks.
@@ -130,105 +126,12 @@ def _array_active(head: dict[str, Any]) -> bool:
     return states is not None and any(state in ACTIVE_STATES for state in states.values())
 
 
-def _floats(values: Sequence[Any]) -> np.ndarray:
-    """A float column; None -> nan. Where something else than numbers and None is among the
-    values (a non-finite float's tag, a string, a list), anything but a number -> nan."""
-    try:  # the common case, at numpy's speed (bools and numeric strings read as numbers)
-        column = np.array(values, dtype=float)
-        if column.ndim == 1:
-            return column
-    except (TypeError, ValueError):
-        pass
-    return np.array([v if type(v) is float or type(v) is int else None for v in values],
-                    dtype=float)
-
-
-def _fields(rows: list[Any], keys: tuple[str, ...]) -> list[tuple[Any, ...]]:
-    """The values of ``keys`` (present in every row) as one tuple per key."""
-    if not rows:
-        return [()] * len(keys)
-    if len(keys) == 1:
-        return [tuple(map(itemgetter(keys[0]), rows))]
-    return list(zip(*map(itemgetter(*keys), rows)))
-
-
-def _values(rows: list[dict[str, Any]], keys: list[str]) -> list[tuple[Any, ...]]:
-    """`_fields`, where some rows may lack some keys (None for those)."""
-    try:  # every row has every key: one C-level pass
-        return _fields(rows, tuple(keys))
-    except KeyError:
-        return [tuple(row.get(key) for row in rows) for key in keys]
-
-
 def _resources(recs: list[Any]) -> list[tuple[Any, ...]]:
     """The RESOURCES of records (dicts, or the scan's typed records: `campaign._typed.Record`,
-    whose absent fields are ``msgspec.UNSET``, which `_floats` reads as nan), one tuple each."""
+    whose absent fields are ``msgspec.UNSET``, which `floats` reads as nan), one tuple each."""
     if not recs or type(recs[0]) is dict:
-        return _values(recs, list(RESOURCES))
+        return row_values(recs, list(RESOURCES))
     return list(zip(*map(_RESOURCE_ATTRS, recs)))
-
-
-def _spread(n: int, most: int = _KEY_SAMPLE) -> list[int]:
-    """Up to ``most`` row indices spread evenly over ``n`` rows."""
-    return np.unique(np.linspace(0, n - 1, min(n, most)).astype(np.int64)).tolist()
-
-
-class _Numeric:
-    """Numeric fields of dicts (the accepted tasks' results, or their items' top-level fields),
-    gathered chunk by chunk as float columns, with a sample of the rows that stays evenly spread
-    as they stream by: every ``stride``-th row, the stride doubled whenever more than twice
-    _KEY_SAMPLE rows are kept. `sample` then takes _KEY_SAMPLE of them, spread evenly, as
-    `_spread` takes them of all the rows at once."""
-
-    def __init__(self, exclude: tuple[str, ...] = ()):
-        self.exclude = exclude
-        self.rows = 0
-        self.stride = 1
-        self.kept: list[tuple[int, dict[str, float]]] = []  # (row, its numeric fields)
-        self.parts: dict[str, list[np.ndarray]] = {}  # the keys with a number, in order seen
-        self.keys: set[str] = set()  # every key of the rows so far
-
-    def add(self, rows: list[dict[str, Any]]) -> None:
-        if not rows:
-            return
-        exclude, parts, first = self.exclude, self.parts, self.rows
-        new = set().union(*rows) - self.keys  # a new key with a number in any row is taken
-        for key in [k for k in dict.fromkeys(chain.from_iterable(rows)) if k in new] if new else ():
-            self.keys.add(key)
-            if key not in exclude and any(type(v) is float or type(v) is int
-                                          for v in (row.get(key) for row in rows)):
-                parts[key] = [np.full(first, np.nan)] if first else []
-        for j in range(-first % self.stride, len(rows), self.stride):
-            numbers = {key: value for key, value in rows[j].items() if key not in exclude
-                       and (type(value) is float or type(value) is int)}
-            self.kept.append((first + j, numbers))
-            for key in numbers:
-                if key not in parts:  # none before was a number: nan in the rows before
-                    parts[key] = [np.full(first, np.nan)] if first else []
-        while len(self.kept) > 2 * _KEY_SAMPLE:
-            self.stride *= 2
-            self.kept = [(i, n) for i, n in self.kept if i % self.stride == 0]
-        if parts:
-            keys = list(parts)
-            for key, column in zip(keys, _values(rows, keys)):
-                parts[key].append(_floats(column))
-        self.rows += len(rows)
-
-    def sample(self) -> tuple[dict[str, set[float]], Counter[str]]:
-        """The numbers of each key in the sample, and how many sampled rows have the key."""
-        seen: dict[str, set[float]] = {}
-        sampled: Counter[str] = Counter()
-        for j in _spread(len(self.kept)):
-            for key, value in self.kept[j][1].items():
-                seen.setdefault(key, set()).add(value)
-                sampled[key] += 1
-        return seen, sampled
-
-    def columns(self) -> dict[str, np.ndarray]:
-        """The columns of the keys with a number in the sample."""
-        seen, _ = self.sample()
-        return {k: np.concatenate(v) if v else np.empty(0) for k, v in self.parts.items()
-                if k in seen}
 
 
 class _Columns:
@@ -249,8 +152,8 @@ class _Columns:
         self.causes: Counter[str] = Counter()
         self.errors: dict[int, tuple[str, str]] = {}
         self.kept_errors = {FAILED: 0, INTERRUPTED: 0}
-        self.results = _Numeric()
-        self.items = _Numeric(exclude=("task_id",))
+        self.results = Numeric()
+        self.items = Numeric(exclude=("task_id",))
 
     def add(self, tasks: dict[str, Any], cols: Columns | None = None) -> None:
         """Take the columns of ``tasks`` (one chunk: task id -> record), whose `Columns` are
@@ -267,13 +170,13 @@ class _Columns:
             cols = columns(recs)
         f = cols.fields
         status = np.fromiter(map(CODE.__getitem__, f["status"]), dtype=np.int8, count=len(recs))
-        started = _floats(f["started"])
+        started = floats(f["started"])
         t = self.tasks
         t["status"].append(status)
         t["tries"].append(np.array(f["attempts"], dtype=np.int64))
         t["started"].append(started)
-        t["ended"].append(_floats(f["ended"]))
-        t["duration"].append(_floats(f["duration"]))
+        t["ended"].append(floats(f["ended"]))
+        t["duration"].append(floats(f["duration"]))
         self._last(recs, f, np.flatnonzero(~np.isnan(started)), first)
         histories = f["history"]
         earlier = [(i, h) for i in compress(range(len(recs)), histories) for h in histories[i]]
@@ -342,7 +245,7 @@ class _Columns:
                                              count=len(keys)))
         ran_recs = recs if every else list(map(recs.__getitem__, pick))
         for key, column in zip(RESOURCES, _resources(ran_recs)):
-            self.last[key].append(_floats(column))
+            self.last[key].append(floats(column))
 
     def _history(self, earlier: list[tuple[int, dict[str, Any]]]) -> None:
         """Take the columns of the earlier attempts (task index, history entry) that started."""
@@ -358,7 +261,7 @@ class _Columns:
             h.get("worker") or (h.get("host"), h.get("pid")), len(lanes)) for h in entries],
             dtype=np.int64))
         for key in ("started", "ended") + RESOURCES:
-            hist[key].append(_floats([h.get(key) for h in entries]))
+            hist[key].append(floats([h.get(key) for h in entries]))
 
     def data(self, path: str, runs: list[dict[str, Any]], facts: dict[str, Any]) -> Data:
         t = {k: np.concatenate(v) if v else np.empty(0) for k, v in self.tasks.items()}
@@ -369,8 +272,8 @@ class _Columns:
                     attempts=self._attempts(status, t),
                     failures=sorted(self.groups.values(), key=lambda f: -f.count),
                     interruption_causes=self.causes, errors=self.errors)
-        data.results, data.columns_left_out = _numeric(self.results)
-        data.item_fields = _item_axis(self.items)
+        data.results, data.columns_left_out = numeric_columns(self.results)
+        data.item_fields = item_axis(self.items)
         return data
 
     def _attempts(self, status: np.ndarray, t: dict[str, np.ndarray]) -> Attempts:
@@ -396,30 +299,3 @@ class _Columns:
             resources={k: np.concatenate([last[k].astype(float), hist[k].astype(float)])
                        for k in RESOURCES},
             last=len(ran))
-
-
-def _item_axis(items: _Numeric) -> dict[str, np.ndarray]:
-    """The numeric top-level item field with the most distinct values in a sample of the items
-    (a field of distinct integers, likely an index or a seed, only when no other varies), as
-    ``{name: column}``; empty when no numeric field varies."""
-    seen, sampled = items.sample()
-    varied = [k for k, values in seen.items() if len(values) > 1]
-    if not varied:
-        return {}
-    # integers that are all distinct are most likely an index or a seed: others first
-    counters = {k for k in varied if len(seen[k]) == sampled[k]
-                and all(type(v) is int for v in seen[k])}
-    key = max(varied, key=lambda k: (k not in counters, len(seen[k])))
-    return {key: np.concatenate(items.parts[key])}
-
-
-def _numeric(found: _Numeric) -> tuple[dict[str, np.ndarray], int]:
-    """The numeric result columns (at most MAX_COLUMNS, in the order first seen) with more than
-    one finite value (or the only row's); returns them and how many were left out."""
-    columns = {}
-    for key, column in found.columns().items():
-        finite = column[np.isfinite(column)]
-        if finite.size and (finite.size > 1 or found.rows == 1):
-            columns[key] = column
-    names = list(columns)
-    return {k: columns[k] for k in names[:MAX_COLUMNS]}, max(0, len(names) - MAX_COLUMNS)
