@@ -35,16 +35,16 @@ from ._usage import Meter as Meter
 # Imported on first use (PEP 562): a worker process imports this package for its loop alone, and
 # its start-up is on the critical path of every campaign on processes.
 _LAZY = {
-    "DaskScheduler": "._dask",
-    "ProcessesScheduler": "._processes",
+    "DaskScheduler": ".dask",
+    "ProcessesScheduler": ".processes._scheduler",
     **dict.fromkeys(["ACTIVE_STATES", "ENDED_STATES", "Backoff", "JobWatcher",
                      "SlurmCommandError", "SlurmScheduler", "job_states", "poll_until",
                      "render_array_script", "sbatch", "scancel", "slurm_available"], ".slurm"),
 }
 
 if TYPE_CHECKING:
-    from ._dask import DaskScheduler as DaskScheduler
-    from ._processes import ProcessesScheduler as ProcessesScheduler
+    from .dask import DaskScheduler as DaskScheduler
+    from .processes._scheduler import ProcessesScheduler as ProcessesScheduler
     from .slurm import ACTIVE_STATES as ACTIVE_STATES
     from .slurm import ENDED_STATES as ENDED_STATES
     from .slurm import Backoff as Backoff

@@ -15,9 +15,9 @@ def registry() -> dict[str, type[Scheduler]]:
     """Execution names and the schedulers they select (``schedulers.SCHEDULERS``). Built on
     first use: it imports the scheduler modules, each of which imports dask & co. only when
     started."""
-    from ._dask import DaskScheduler
-    from ._processes import ProcessesScheduler
     from ._serial import SerialScheduler
+    from .dask import DaskScheduler
+    from .processes._scheduler import ProcessesScheduler
     from .slurm import SlurmScheduler
 
     return {"serial": SerialScheduler, "processes": ProcessesScheduler, "dask": DaskScheduler,

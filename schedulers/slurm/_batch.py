@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .._dask_batch import run_batch
+from ..dask._batch import run_batch
 
 
 def run_slurm_batch(fn: Callable[[Any], Any], tasks: list[tuple[str, int, Any]]

@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._dask import DaskScheduler
 from .._events import Report
+from ..dask import DaskScheduler
 from ._batch import run_slurm_batch
 from ._commands import SlurmCommandError, scancel
 from ._script import parse_walltime

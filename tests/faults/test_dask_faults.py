@@ -176,7 +176,7 @@ def test_workers_dask_gives_up_on_are_started_again(tmp_path, caplog):
     killer = Beside(partial(kill_both_while_they_run_held_tasks, sched, folder, hold, []))
     killer.start()
     with dask.config.set({"distributed.deploy.lost-worker-timeout": "50ms"}), \
-            caplog.at_level(logging.WARNING, "schedulers._dask"):
+            caplog.at_level(logging.WARNING, "schedulers.dask"):
         camp = checkpointed_map(noted, items, ledger_path=tmp_path / "l.json", execution=sched)
     killer.join()
     assert camp.complete and not camp.failures and len(camp.results) == 300
@@ -221,7 +221,7 @@ def test_a_worker_killed_mid_task_leaves_an_interruption_in_the_record(tmp_path)
 
 
 class Heard(logging.Handler):
-    """Keeps the records of `schedulers._dask`'s log (DEBUG and up while installed); `running`
+    """Keeps the records of `schedulers.dask`'s log (DEBUG and up while installed); `running`
     is set once the driver heard that task ``task_id`` runs."""
 
     def __init__(self, task_id: str):
@@ -230,7 +230,7 @@ class Heard(logging.Handler):
         self.records: list[logging.LogRecord] = []
         self.running = threading.Event()
         self.alone = False  # it ran alone in its batch (else: reported running inside one)
-        self.logger = logging.getLogger("schedulers._dask")
+        self.logger = logging.getLogger("schedulers.dask")
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)

@@ -15,7 +15,7 @@ import pytest
 from testkit import PATIENCE, PYTHON, child_env, wait_until
 
 from campaign import checkpointed_map, read_ledger
-from schedulers._child import _ENTRY
+from schedulers.processes._child import _ENTRY
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "processes_driver.py"
@@ -147,9 +147,10 @@ def test_a_new_driver_ends_an_orphaned_worker_before_any_task_starts(tmp_path, l
     """A worker whose driver died but which still runs (its parent-death signal did not reach
     it) is killed with its subprocesses, and gone, before the first task starts."""
     fake = tmp_path / "fake" / "schedulers"  # runs under the worker's own command line
-    fake.mkdir(parents=True)
+    (fake / "processes").mkdir(parents=True)
     (fake / "__init__.py").write_text("")
-    (fake / "_worker.py").write_text(textwrap.dedent(f"""
+    (fake / "processes" / "__init__.py").write_text("")
+    (fake / "processes" / "_worker.py").write_text(textwrap.dedent(f"""
         import subprocess, time, pathlib
         def serve(fd, driver):
             child = subprocess.Popen(["sleep", "300"])

@@ -158,8 +158,8 @@ def test_a_lost_batch_whose_worker_thread_moved_on_blames_no_task():
     batch, and the worker died: the first batch had ended (its outcome was lost with the
     worker), so t1 goes back to the queue unblamed, and t2, the one running, is lost."""
     from schedulers import DaskScheduler
-    from schedulers._dask_batch import Batch
     from schedulers._events import OutcomeKind, Task
+    from schedulers.dask._batch import Batch
 
     sched = DaskScheduler(workers=1)
     reported: list = []
@@ -186,8 +186,8 @@ def test_a_lost_batch_blames_the_task_it_said_runs_and_only_it():
     """What `Batch.lost` decides from the messages heard: a task said running is the one lost
     and its batch-mates run again as usual; a task only said started leaves it open which one
     ran, so it and those after it run again one per batch."""
-    from schedulers._dask_batch import Batch
     from schedulers._events import Task
+    from schedulers.dask._batch import Batch
 
     def batch(*messages):
         b = Batch([Task(f"t{i}", {}, 1) for i in range(4)], "k")

@@ -1,8 +1,8 @@
 """The loop a worker process runs: receive a task, run ``fn(item)``, send back its outcome.
 
-Runs in a fresh interpreter (`schedulers._child`) whose ``CUDA_VISIBLE_DEVICES`` the driver set
+Runs in a fresh interpreter (`_child`) whose ``CUDA_VISIBLE_DEVICES`` the driver set
 to the worker's device group, so that whatever ``fn`` imports (JAX) sees only those devices. In
-a group of several processes (`schedulers._group`) each runs this same loop on its own devices
+a group of several processes (`_group`) each runs this same loop on its own devices
 and receives every task of the group.
 
 Between two tasks the worker does as little as it can: one non-blocking ``recv`` tells whether
@@ -33,12 +33,12 @@ import time
 from collections import deque
 from typing import Any
 
+from .._events import ErrorInfo
+from .._usage import Meter
 from . import _messages as msg
-from ._events import ErrorInfo
 from ._messages import TAKE_BACK, TaskMessage
-from ._usage import Meter
 
-# The messages both ways are built and read in `schedulers._messages`; their framing is
+# The messages both ways are built and read in `_messages`; their framing is
 # multiprocessing.connection.Connection's (the driver reads them with one).
 
 _SHORT = struct.Struct("!i")

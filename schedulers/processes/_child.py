@@ -3,11 +3,11 @@
 Like multiprocessing's spawn method the child is a new interpreter (never a fork), so its
 environment — ``CUDA_VISIBLE_DEVICES`` above all — is fixed before it imports anything. Unlike
 spawn it does not import the driver's ``__main__`` again (a script importing dask, JAX or the
-user's whole program): it imports only `schedulers._worker`, and ``fn`` arrives pickled by value
+user's whole program): it imports only `_worker`, and ``fn`` arrives pickled by value
 or by reference, so a worker is ready in about a tenth of a second.
 
 Each worker leads a session (and process group) of its own, which its task's subprocesses join:
-killing a worker kills the group. It dies with its driver (`schedulers._worker`); Linux sends
+killing a worker kills the group. It dies with its driver (`_worker`); Linux sends
 that signal when the *thread* that started the worker ends, so every worker is started by one
 `Spawner` thread that lives until the workers are stopped. A worker left behind by a driver that
 died anyway (a kill that has not taken effect yet) is found by `end_orphans`.
@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 logger = logging.getLogger(__name__)
 
-_ENTRY = ("import sys; from schedulers._worker import serve; "
+_ENTRY = ("import sys; from schedulers.processes._worker import serve; "
           "serve(int(sys.argv[1]), int(sys.argv[2]))")
 #: Seconds `end_orphans` waits for killed orphans to be gone before it goes on regardless.
 ORPHAN_WAIT = 30.0

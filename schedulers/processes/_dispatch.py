@@ -13,10 +13,10 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from ._devices import Group, group_processes
-from ._events import Task
+from .._devices import Group, group_processes
+from .._events import Task
+from .._mean import RunningMean
 from ._group import WorkerGroup
-from ._mean import RunningMean
 
 #: Busy workers hold their next task while the mean task takes less than this (seconds).
 LOOKAHEAD_BELOW = 1.0

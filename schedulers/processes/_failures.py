@@ -18,7 +18,7 @@ from __future__ import annotations
 import signal
 import time
 
-from ._events import ErrorInfo, Outcome, OutcomeKind, Task
+from .._events import ErrorInfo, Outcome, OutcomeKind, Task
 from ._group import WorkerGroup
 
 #: A slot whose worker dies this many times in a row before it is ready is given up.

@@ -29,7 +29,7 @@ from __future__ import annotations
 import pickle
 from typing import Any, NamedTuple
 
-from ._events import ErrorInfo, OutcomeKind, Task
+from .._events import ErrorInfo, OutcomeKind, Task
 
 TASK, READY, FATAL, BEGIN, DONE, RETURNED = "task", "ready", "fatal", "begin", "done", "returned"
 TAKE_BACK = b"take-back"

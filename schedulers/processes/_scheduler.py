@@ -1,24 +1,24 @@
 """The processes scheduler: long-lived worker processes, one per device group (or K per group).
 
-Each worker is a fresh interpreter (spawned, never forked; `schedulers._child`) started with
+Each worker is a fresh interpreter (spawned, never forked; `_child`) started with
 ``CUDA_VISIBLE_DEVICES`` set to its group before it imports anything, so tasks never share a GPU
 and the driver never touches one. A worker that dies (SIGKILL, segfault, ``os._exit``, out of
 memory) is replaced and its task reported lost; a task that runs past ``timeout`` has its worker
 killed and replaced and is reported failed.
 
 A group given per process, ``((0,), (1,))``, runs each task on all its processes at once
-(`schedulers._group`): one that dies takes the whole group down, which is started again on a
+(`_group`): one that dies takes the whole group down, which is started again on a
 new coordinator port, and a process that raises makes the task fail, named in the message.
 
 This module holds the scheduler and its monitor thread, the selector loop that reads the
-workers' messages (`schedulers._messages`) and notices their exits and deadlines. Which worker
-gets which task, and how many a busy worker holds ahead, is `schedulers._dispatch`; what a
-worker's death or a timeout does is `schedulers._failures`; the monitor runs under
-``SCHED_BATCH`` (`schedulers._thread_policy`).
+workers' messages (`_messages`) and notices their exits and deadlines. Which worker
+gets which task, and how many a busy worker holds ahead, is `_dispatch`; what a
+worker's death or a timeout does is `_failures`; the monitor runs under
+``SCHED_BATCH`` (`_thread_policy`).
 
-Workers die with the driver (`schedulers._worker`), and each takes its task's subprocesses with
+Workers die with the driver (`_worker`), and each takes its task's subprocesses with
 it (its process group). Before its first worker starts, a scheduler kills any worker of this
-user on this host whose driver is gone and waits until it is (`schedulers._child.end_orphans`),
+user on this host whose driver is gone and waits until it is (`_child.end_orphans`),
 so a resumed campaign never runs a task beside an old copy of it.
 """
 
@@ -33,12 +33,9 @@ from collections.abc import Callable
 from multiprocessing import Pipe
 from typing import Any
 
-from . import _dispatch, _failures
-from . import _messages as msg
-from ._base import Scheduler
-from ._child import ChildProcess, Spawner, end_orphans
-from ._devices import Group, normalize_groups, visible_gpus
-from ._events import (
+from .._base import Scheduler
+from .._devices import Group, normalize_groups, visible_gpus
+from .._events import (
     ErrorInfo,
     Event,
     Outcome,
@@ -49,9 +46,12 @@ from ._events import (
     TakenBack,
     Task,
 )
+from .._host import HOST
+from .._mean import RunningMean
+from . import _dispatch, _failures
+from . import _messages as msg
+from ._child import ChildProcess, Spawner, end_orphans
 from ._group import WorkerGroup
-from ._host import HOST
-from ._mean import RunningMean
 from ._selector import Members, WorkerSelector
 from ._thread_policy import no_wakeup_preemption
 
@@ -313,7 +313,7 @@ class ProcessesScheduler(Scheduler):
 
     def _replace(self, w: WorkerGroup, cause: str) -> None:
         """A worker died: report its task lost and start another in its place (for a group of
-        several, the others are killed and the group starts again, `schedulers._failures`)."""
+        several, the others are killed and the group starts again, `_failures`)."""
         whole = " (the other processes of the group were killed)" if w.several else ""
         task = w.drop_task() if w.task is not None else None
         if task is not None:

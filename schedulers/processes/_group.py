@@ -17,12 +17,12 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from .._devices import Group, device_environment, group_devices, group_processes
+from .._events import ErrorInfo, Outcome, OutcomeKind, Placement, Task
+from .._usage import combined
 from . import _messages as msg
 from ._child import ChildProcess
-from ._devices import Group, device_environment, group_devices, group_processes
-from ._events import ErrorInfo, Outcome, OutcomeKind, Placement, Task
 from ._messages import Done
-from ._usage import combined
 
 # The variables of a launch of K processes, as `solvers.distributed` reads them.
 COORDINATOR = "DIFFSOUP_COORDINATOR"

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._events import ErrorInfo, Placement, Task
-from ._host import HOST
-from ._usage import Meter
+from .._events import ErrorInfo, Placement, Task
+from .._host import HOST
+from .._usage import Meter
 
 logger = logging.getLogger(__name__)
 

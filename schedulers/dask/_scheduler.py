@@ -4,7 +4,7 @@ The embedded cluster listens on 127.0.0.1 and speaks TLS with a certificate made
 no other process can connect to it. A cluster of the user's own keeps its own security.
 Small tasks go in batches of about ``batch_seconds``, which keeps dask's per-task overhead below
 raw ``client.map``; ``fn`` travels with every batch, so it survives the loss of every worker.
-A task is reported started once its batch says so (`schedulers._dask_batch`). When a batch's
+A task is reported started once its batch says so (`schedulers.dask._batch`). When a batch's
 worker dies, the task the batch said runs (alone in its batch, or reported running) is reported
 lost (the engine records it interrupted; only it spends ``max_interruptions``) and the others go
 back to the queue without an interruption (all of them, when the batch's worker thread had since
@@ -16,7 +16,6 @@ found alone.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 import threading
@@ -25,28 +24,16 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ._base import Scheduler
-from ._dask_batch import PROGRESS_INTERVAL, Batch, BatchFn, run_batch
-from ._dask_main import refuse_unguarded_main
-from ._devices import normalize_groups
-from ._events import ErrorInfo, Event, Outcome, OutcomeKind, Placement, Report, Started, Task
-from ._host import HOST
-from ._mean import RunningMean
+from .._base import Scheduler
+from .._devices import normalize_groups
+from .._events import ErrorInfo, Event, Outcome, OutcomeKind, Placement, Report, Started, Task
+from .._host import HOST
+from .._mean import RunningMean
+from ._batch import PROGRESS_INTERVAL, Batch, BatchFn, run_batch
+from ._cluster import NO_HTTP_CONFIG, OWN_CLUSTER_CONFIG, embedded_cluster, keep_workers
 
 logger = logging.getLogger(__name__)
 
-#: dask settings for many small tasks: measured 4x faster than the default worker-saturation.
-FAST_CONFIG = {"distributed.scheduler.worker-saturation": float("inf")}
-#: The clusters this scheduler starts also report a batch whose worker died at once (dask's
-#: default would run it up to 3 times more itself, unseen, the task that kills its worker too):
-#: this scheduler decides what runs again.
-OWN_CLUSTER_CONFIG = {**FAST_CONFIG, "distributed.scheduler.allowed-failures": 0}
-#: Without ``dashboard=True`` the embedded cluster serves no HTTP page at all: dask's HTTP
-#: servers (which listen even without a dashboard) get no routes, so neither the dashboard nor
-#: the ``/info`` pages (workers, logs, the call stacks of running tasks) nor ``/metrics`` can
-#: be read, by any local user, over plain HTTP.
-NO_HTTP_CONFIG: dict[str, list[str]] = {"distributed.scheduler.http.routes": [],
-                                         "distributed.worker.http.routes": []}
 _DRIVER = Placement(HOST, 0, "dask", None)
 
 
@@ -111,6 +98,7 @@ class DaskScheduler(Scheduler):
         self._owned: list[Any] = []
         self._mean = RunningMean(1000)
         self._stopped = threading.Event()  # set by stop()
+        self._stopping = False  # set by stop(), before the cluster closes
 
     @property
     def slots(self) -> int:
@@ -129,11 +117,13 @@ class DaskScheduler(Scheduler):
                 config = OWN_CLUSTER_CONFIG if self.dashboard else {**OWN_CLUSTER_CONFIG,
                                                                      **NO_HTTP_CONFIG}
                 with dask.config.set(config):
-                    cluster = self._embedded_cluster()
+                    cluster = embedded_cluster(self.workers, self.groups, self.security,
+                                               self.dashboard)
                     self._owned.append(cluster)
                     self.client = Client(cluster, security=cluster.security)
-                threading.Thread(target=self._keep_workers, args=(cluster,), daemon=True,
-                                 name="dask-keeper").start()
+                threading.Thread(target=keep_workers,
+                                 args=(cluster, lambda: self._stopping, self._stopped),
+                                 daemon=True, name="dask-keeper").start()
                 if self.dashboard:
                     print(f"dask dashboard: {self.client.dashboard_link} (plain HTTP: every "
                           "user of this machine can read it)", file=sys.stderr)
@@ -148,62 +138,6 @@ class DaskScheduler(Scheduler):
         self.client.subscribe_topic(self._topic, self._on_start)
         self._monitor = threading.Thread(target=self._watch, name="dask-monitor", daemon=True)
         self._monitor.start()
-
-    def _embedded_cluster(self) -> Any:
-        from distributed import LocalCluster, Nanny, SpecCluster
-        from distributed import Scheduler as DaskScheduler_
-        from distributed.security import Security
-
-        refuse_unguarded_main()
-        security = (Security.temporary() if self.security in (None, True)
-                    else self.security)
-        protocol = "tls://" if security.require_encryption else "tcp://"
-        if self.groups is None:
-            return LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                                scheduler_kwargs={"dashboard": self.dashboard},
-                                protocol=protocol, security=security)
-        workers = {
-            f"group-{i}": {"cls": Nanny, "options": {
-                "nthreads": 1, "host": "127.0.0.1", "resources": {"GPU": 1},
-                "protocol": protocol, "security": security,
-                "env": {"CUDA_VISIBLE_DEVICES": ",".join(map(str, g)),
-                        "DIFFSOUP_DEVICE_GROUP": ",".join(map(str, g))}}}
-            for i, g in enumerate(self.groups)
-        }
-        scheduler = {"cls": DaskScheduler_,
-                     "options": {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0",
-                                 "dashboard": self.dashboard, "protocol": protocol,
-                                 "security": security}}
-        return SpecCluster(workers=workers, scheduler=scheduler, security=security)
-
-    def _keep_workers(self, cluster: Any) -> None:
-        """Every second while the run lasts: start a worker in place of each that dask gave up.
-        dask's `SpecCluster` closes a worker's nanny, and starts none in its place, when no
-        worker of that name is there ``distributed.deploy.lost-worker-timeout`` after one was
-        lost, as when its nanny is restarting it yet again (a task that keeps killing its
-        worker, a worker killed often): without this, the cluster could dwindle to none."""
-        asked: dict[Any, float] = {}  # the workers asked for, not there yet: since when
-
-        def check() -> None:  # on the cluster's event loop: its state is not shared there
-            now = time.monotonic()
-            missing = set(cluster.worker_spec) - set(cluster.workers)
-            for name in set(asked) - missing:
-                del asked[name]
-            new = {n for n in missing if now - asked.get(n, -math.inf) > 30}  # or asked long ago
-            if new and not self._stopping and cluster.status == Status.running:
-                logger.warning("dask closed embedded worker(s) %s, lost too long; starting new "
-                               "ones", ", ".join(map(str, sorted(new, key=str))))
-                asked.update(dict.fromkeys(new, now))
-                cluster.scale(len(cluster.worker_spec))
-
-        from distributed.core import Status
-
-        while not self._stopped.wait(1.0):
-            try:
-                cluster.loop.add_callback(check)
-            except RuntimeError:  # its loop has closed: the run is ending
-                return
 
     def stop(self) -> None:
         self._stopping = True
