@@ -1,6 +1,6 @@
 """Benchmark: many array workers claiming from one ledger at once, on this machine.
 
-What one element of a job array runs, ``run_worker`` (campaign/_array_worker.py), in
+What one element of a job array runs, ``run_worker`` (campaign/_array/_worker.py), in
 ``--claimers`` processes and then in as many threads of one process, over one submission of
 ``--tasks`` tasks that take no time (each mode on a ledger of its own). It prints:
 
@@ -44,10 +44,11 @@ from typing import Any
 
 import orjson
 
-from campaign import _array_worker, read_ledger, run_worker
-from campaign._leases import Leases
-from campaign._submit import plan_submission, prepare_submission
-from campaign._workdir import WorkDir, fragment_files, merge_fragments, work_root
+from campaign import read_ledger, run_worker
+from campaign._array import _worker as _array_worker
+from campaign._array._leases import Leases
+from campaign._array._plan import plan_submission
+from campaign._array._workdir import WorkDir, fragment_files, merge_fragments, work_root
 
 #: Durations of the workers' merges in this process (the wrapped ``merge_fragments``).
 MERGES: list[float] = []
@@ -118,7 +119,7 @@ def run_mode(folder: Path, mode: str, args: argparse.Namespace) -> dict[str, Any
     """Plan ``args.tasks`` tasks on a new ledger and let ``args.claimers`` workers run them."""
     ledger = folder / f"claims-{mode}.json"
     items = [{"task_id": f"a{i:07d}", "i": i} for i in range(args.tasks)]
-    sub = prepare_submission(items, ledger_path=ledger)
+    sub = plan_submission(items, ledger_path=ledger).record()
     del items
     names = [f"{mode[0]}{i}" for i in range(args.claimers)]
     with Sampler(WorkDir(ledger, sub.id)) as sampler:
@@ -164,7 +165,7 @@ def _in_threads(ledger: Path, submission: str, names: list[str],
 def _in_processes(folder: Path, ledger: Path, submission: str, names: list[str],
                   args: argparse.Namespace) -> tuple[dict[str, list[str]], list[float]]:
     ctx = multiprocessing.get_context("forkserver")  # children fork from a small server
-    ctx.set_forkserver_preload(["campaign._array_worker"])
+    ctx.set_forkserver_preload(["campaign._array._worker"])
     outs = {name: folder / f"ran-{name}.json" for name in names}
     procs = [ctx.Process(target=_claim_process, args=(str(ledger), submission, name, str(out),
                                                       args.lease_seconds, args.merge_every))

@@ -14,11 +14,11 @@ For each size, in the same run, each step in a fresh subprocess (its own peak me
 - no-op resume: ``checkpointed_map`` again on the finished ledger: time, rewrites, bytes;
 - ``campaign status`` on the finished ledger: wall and CPU time, peak RSS.
 
-Then the array figures: planning a submission of ``--array-tasks`` tasks (`prepare_submission`),
-``--claimers`` claim loops (`WorkDir.claim` / `write_fragment` / `release`, as
-`campaign worker` does for each task) in threads and in processes over it: claims per second,
-tasks run more than once (must be 0), and the time of one `merge_fragments` of all their
-fragments::
+Then the array figures: planning a submission of ``--array-tasks`` tasks
+(`plan_submission(...).record()`), ``--claimers`` claim loops (`WorkDir.claim` /
+`write_fragment` / `release`, as `campaign worker` does for each task) in threads and in
+processes over it: claims per second, tasks run more than once (must be 0), and the time of
+one `merge_fragments` of all their fragments::
 
     python benchmarks/scale.py [--sizes 100000,1000000] [--claimers 200] [--array-tasks 100000]
                                [--array-modes threads,processes] [--seed 0] [--keep DIR]
@@ -200,9 +200,9 @@ def claim_loop(ledger: Path, submission: str, ids: list[str], name: str,
     lease (`Leases.claim`), write the outcome as a fragment, mark it done and release. Returns
     the ids it ran."""
     from campaign import _records
-    from campaign._array_worker import claim_order
-    from campaign._leases import Leases
-    from campaign._workdir import WorkDir
+    from campaign._array._leases import Leases
+    from campaign._array._workdir import WorkDir
+    from campaign._array._worker import claim_order
 
     work = WorkDir(ledger, submission)
     leases = Leases(work, lease_seconds=600.0)
@@ -230,13 +230,13 @@ def _claim_process(ledger: str, submission: str, ids: list[str], name: str,
 
 
 def claimers(folder: Path, n: int, count: int, mode: str) -> dict[str, Any]:
-    from campaign._submit import prepare_submission
-    from campaign._workdir import fragment_files, merge_fragments, task_list_path
+    from campaign._array._plan import plan_submission
+    from campaign._array._workdir import fragment_files, merge_fragments, task_list_path
 
     ledger = folder / f"array-{mode}.json"
     items = [{"task_id": f"a{i:07d}", "i": i} for i in range(n)]
     t0 = time.perf_counter()
-    sub = prepare_submission(items, ledger_path=ledger)
+    sub = plan_submission(items, ledger_path=ledger).record()
     planned = time.perf_counter() - t0
     ids = orjson.loads(task_list_path(ledger, sub.id).read_bytes())  # what workers claim
     t0 = time.perf_counter()

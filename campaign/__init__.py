@@ -14,11 +14,11 @@ try:
 except _NotInstalled:  # run from a source tree that was never installed
     __version__ = "0+unknown"
 
-from ._array_submit import ArraySubmission as ArraySubmission
-from ._array_submit import SubmitError as SubmitError
-from ._array_submit import submit_array as submit_array
-from ._array_worker import WorkerSummary as WorkerSummary
-from ._array_worker import run_worker as run_worker
+from ._array._submit import ArraySubmission as ArraySubmission
+from ._array._submit import SubmitError as SubmitError
+from ._array._submit import submit_array as submit_array
+from ._array._worker import WorkerSummary as WorkerSummary
+from ._array._worker import run_worker as run_worker
 from ._campaign import Campaign as Campaign
 from ._campaign import Failure as Failure
 from ._campaign import Progress as Progress

@@ -110,12 +110,10 @@ def checkpointed_map(
             ``fn``, a `BaseException` included, is the task's failure, recorded with its type.
     """
     limits = _checked(fn, retries, max_interruptions, execution, device_groups, timeout)
-    _check_progress(progress)
+    _check_run_options(progress, commit_interval)
     prepared = prepare_items(items, ignore_fields)
     scheduler = make_scheduler(execution, device_groups=device_groups, timeout=timeout,
                                **scheduler_options)
-    if not commit_interval >= 0:
-        raise ValueError(f"commit_interval must be >= 0 seconds, got {commit_interval!r}")
     if resume:
         done = nothing_to_run(ledger_path, prepared)
         if done is not None:
@@ -139,13 +137,16 @@ def _checked(fn: Any, retries: int, max_interruptions: int, execution: str | Sch
     return limits
 
 
-def _check_progress(progress: Any) -> None:
-    """``progress`` is None (no progress) or a callable taking a `Progress`."""
+def _check_run_options(progress: Any, commit_interval: Any) -> None:
+    """``progress`` is None (no progress) or a callable taking a `Progress`; the group commit's
+    interval is a number of seconds >= 0."""
     if progress is not None and not callable(progress):
         raise TypeError(
             "progress must be a callable taking a campaign.Progress (called after every start "
             f"and outcome), or None for no progress; got {progress!r}"
         )
+    if not commit_interval >= 0:
+        raise ValueError(f"commit_interval must be >= 0 seconds, got {commit_interval!r}")
 
 
 class _Run:

@@ -1,7 +1,7 @@
 """Forgetting tasks (``campaign forget``): one operation on everything that holds a task.
 
 A task is held by its record in the ledger (the file and its journal) and, when array workers
-ran it, by files under ``<ledger>.work/`` (`campaign._workdir`): its records in every
+ran it, by files under ``<ledger>.work/`` (`campaign._array._workdir`): its records in every
 submission's fragments, ``latest/<key>.json``, ``accepted/<key>``, each submission's
 ``done/<key>`` and ``lost/<key>``, and its lease. `forget` removes them all under the ledger's
 lock, the ``.work/`` files first and the ledger's records last, so that a forget killed at any
@@ -12,7 +12,7 @@ refused: nothing is changed.
 Workers that read the ledger before a forget (an array still running) could still hold the old
 record: every forget changes ``<ledger>.work/forgets.json`` before it looks at the leases, and
 a worker that finds it changed after claiming a task reads the ledger again under its lock
-(`campaign._array_worker`), so it never runs a forgotten item.
+(`campaign._array._worker`), so it never runs a forgotten item.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from . import _document, _update
+from ._array._leases import live_leases
+from ._array._workdir import forget_traces, forgetting, merge_fragments
 from ._errors import DriverBusyError
-from ._leases import live_leases
 from ._shell import command
-from ._workdir import forget_traces, forgetting, merge_fragments
 
 logger = logging.getLogger(__name__)
 

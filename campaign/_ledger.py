@@ -20,6 +20,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from . import _document, _journal, _runs, _storeload, _update
+from ._array._workdir import absorb_fragments, fragment_files
 from ._atomic import remove_stale_tmp, write_error_text
 from ._commit import CLOSE_RETRY, GroupCommit
 from ._errors import DriverBusyError, LedgerWriteError
@@ -27,7 +28,6 @@ from ._exclusive import no_flock
 from ._owner_lease import DriverLease, driver_lock_path
 from ._status import ACCEPTED, RunStatus
 from ._store import RecordStore
-from ._workdir import absorb_fragments, fragment_files
 
 logger = logging.getLogger(__name__)
 

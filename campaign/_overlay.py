@@ -2,7 +2,7 @@
 records and the leases held now (`campaign status`, `campaign report`, `campaign results`).
 
 `Overlay` applies them record by record to the chunks a `campaign._scan.Scan` yields, as
-`campaign._workdir.overlay` applies them to a whole document.
+`campaign._array._workdir.overlay` applies them to a whole document.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from ._schema import Columns
 
 class Overlay:
     """Array workers' fragments not merged yet, applied record by record: the records a scan
-    yields become those `campaign._workdir.overlay` gives the whole document; leases held now
+    yields become those `campaign._array._workdir.overlay` gives the whole document; leases held now
     show their task running (as `campaign status` shows them)."""
 
     def __init__(self, ledger: Path, *, with_leases: bool = True):
-        from ._leases import live_leases
-        from ._workdir import fragment_files, load_fragment
+        from ._array._leases import live_leases
+        from ._array._workdir import fragment_files, load_fragment
 
         self.pending: dict[str, list[dict[str, Any]]] = {}
         for path in fragment_files(ledger):
@@ -61,7 +61,7 @@ class Overlay:
         return out
 
     def _one(self, tid: str, have: dict[str, Any] | None) -> dict[str, Any] | None:
-        from ._workdir import applies
+        from ._array._workdir import applies
 
         for rec in self.pending.get(tid, ()):
             if applies(have, rec):  # as a merge does: not an older attempt, nor another item

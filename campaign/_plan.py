@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _document, _records, _storeload, _update
+from ._array._workdir import fragment_files, merge_fragments, overlay
 from ._campaign import Campaign, more_refused_message, refused_message
 from ._errors import LedgerError
 from ._items import ItemSelection, PreparedItems
@@ -21,7 +22,6 @@ from ._ledger import Ledger
 from ._status import ACCEPTED, PENDING
 from ._store import RecordStore
 from ._storeload import StoreScan
-from ._workdir import fragment_files, merge_fragments, overlay
 
 logger = logging.getLogger(__name__)
 

@@ -124,6 +124,21 @@ def stopped(rec: dict[str, Any], *, at: float, error: ErrorInfo) -> dict[str, An
     return _records.finished(rec, INTERRUPTED, at=at, error=error.as_dict())
 
 
+#: The error of a task a dead driver left ``running``.
+DRIVER_LOST = ErrorInfo("DriverLost", "the driver stopped while this task ran (killed, crashed or "
+                                      "lost its node)")
+
+
+def orphaned(rec: dict[str, Any]) -> dict[str, Any]:
+    """The record of a task that a driver now gone left ``running``, when a new driver takes over
+    the ledger: interrupted with `DRIVER_LOST`, counted in the record's ``interruptions`` but in
+    no run's ``max_interruptions``; its start stays, and it has no end (none is known)."""
+    new = dict(rec)
+    new.update(status=INTERRUPTED, interruptions=rec.get("interruptions", 0) + 1,
+               error=DRIVER_LOST.as_dict())
+    return new
+
+
 def lost_too_often(lost: int, limits: Limits, cause: str) -> str:
     """The message of a task failed because it was lost more than ``max_interruptions`` times."""
     return (f"lost {lost} times in this run (max_interruptions={limits.max_interruptions}); "

@@ -18,15 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from . import _document, _update
+from ._array._leases import live_leases
+from ._array._workdir import work_root
 from ._atomic import HOST, atomic_write
 from ._errors import DriverBusyError, LedgerError
 from ._exclusive import process_start
-from ._leases import live_leases
 from ._owner_lease import DriverLease, busy_text
-from ._status import INTERRUPTED, RUNNING, RUNS_LIMIT, RunStatus
+from ._policy import orphaned
+from ._status import RUNNING, RUNS_LIMIT, RunStatus
 from ._store import RecordStore
 from ._storeload import StoreScan
-from ._workdir import work_root
 
 logger = logging.getLogger(__name__)
 
@@ -134,12 +135,6 @@ def set_aside(path: Path, doc: dict[str, Any], state: _document.DiskState) -> No
     logger.info("resume=False: the old ledger was kept as %s", saved)
 
 
-#: The error of a task a dead driver left ``running``.
-DRIVER_LOST = {"type": "DriverLost",
-               "message": "the driver stopped while this task ran (killed, crashed or lost its "
-                          "node)", "traceback": ""}
-
-
 def running_here(run: dict[str, Any]) -> bool:
     """Whether the driver of a ``running`` run provably still runs: on this host, a process
     with its pid that started before the run did (so not a later process given the same pid)."""
@@ -161,7 +156,7 @@ def running_here(run: dict[str, Any]) -> bool:
 def take_over(doc: dict[str, Any], path: Path) -> list[str]:
     """The caller holds the driver's lease, so no earlier driver holds it: their leftovers are
     ours. Their ``running`` runs become ``crashed``, their ``running`` tasks ``interrupted``
-    (`DRIVER_LOST`). Changes ``doc`` in place (its ``tasks`` become a `RecordStore`); returns
+    (`_policy.orphaned`). Changes ``doc`` in place (its ``tasks`` become a `RecordStore`); returns
     the tasks whose records changed.
 
     Raises `DriverBusyError` when a ``running`` run's driver provably still runs on this host
@@ -178,10 +173,7 @@ def take_over(doc: dict[str, Any], path: Path) -> list[str]:
     tasks = doc["tasks"] = RecordStore.of(doc["tasks"])  # statuses read from the bytes
     stale = [tid for tid in tasks if tasks.status(tid) == RUNNING]
     for tid in stale:
-        rec = dict(tasks[tid])
-        rec.update(status=INTERRUPTED, interruptions=rec.get("interruptions", 0) + 1,
-                   error=dict(DRIVER_LOST))
-        tasks[tid] = rec
+        tasks[tid] = orphaned(tasks[tid])
     if stale:
         logger.info("%d task(s) left running by a dead driver are now interrupted", len(stale))
     return stale

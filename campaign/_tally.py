@@ -210,7 +210,7 @@ class SubmissionTally:
     ended in it, and by which job array element."""
 
     def __init__(self, ledger: Path, run: dict[str, Any]):
-        from ._workdir import task_list_path
+        from ._array._workdir import task_list_path
 
         self.run = run
         self.since = run.get("started") or 0.0

@@ -143,9 +143,9 @@ def resolve(target: str, flags: dict[str, Any]) -> RunConfig:
 def array_keys() -> tuple[str, ...]:
     """The keys of the spec's ``[array]`` table (`campaign submit`): `submit_array`'s own
     ``job_name`` and ``log_dir``, the keywords of `schedulers.slurm.render_array_script` it
-    passes on (`campaign._array_submit.script_options`, read from the signature when asked, so
+    passes on (`campaign._array._submit.script_options`, read from the signature when asked, so
     the CLI starts without importing Slurm's code), then the workers' ``lease_seconds``."""
-    from .._array_submit import script_options
+    from .._array._submit import script_options
 
     return ("job_name", "log_dir", *script_options(), "lease_seconds")
 

@@ -19,11 +19,11 @@ from typing import Any
 import click
 import orjson
 
+from .._array._skew import FRACTION, skewed
 from .._format import duration, plural, rate, timestamp
 from .._jobs import any_active, job_array_states
 from .._schema import Columns
 from .._shell import command
-from .._skew import FRACTION, skewed
 from .._status import RunStatus, Status
 from .._tally import STATUSES, SubmissionTally, Tally
 from ._exits import BadInput

@@ -56,7 +56,7 @@ def submit_command(spec: str, array: str, time_limit: str | None, partition: str
     Submitting again with the same command runs only what is left (failed, interrupted and
     never-run tasks). Options also come from the spec's [array] table; flags override it.
     """
-    from .._array_submit import SubmitError, submit_array
+    from .._array._submit import SubmitError, submit_array
 
     cfg = resolve(spec, {"resume": False if no_resume else None})
     opts = _array_options(cfg.array, cfg.spec, time=time_limit, partition=partition,

@@ -31,7 +31,7 @@ def worker_command(spec: str, submission: str, lease_seconds: float, merge_every
     SIGUSR1 (Slurm --signal before the time limit) or SIGTERM records the running task as
     interrupted and releases it for another worker.
     """
-    from .._array_worker import run_worker
+    from .._array._worker import run_worker
 
     cfg = resolve(spec, {})
     fn = load_target(cfg.target, cfg.base)

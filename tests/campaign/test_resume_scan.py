@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from campaign import Ledger, _document, _journal, _runs, _storeload, checkpointed_map
-from campaign._workdir import absorb_fragments, work_root
+from campaign._array._workdir import absorb_fragments, work_root
 from campaign._errors import LedgerError
 from campaign._jsonvalue import fingerprint
 from campaign._records import finished, new_record, started

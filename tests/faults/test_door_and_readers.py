@@ -11,7 +11,7 @@ import pytest
 from testkit import PYTHON, child_env
 
 from campaign import LedgerError, checkpointed_map, read_ledger
-from campaign._submit import prepare_submission
+from campaign._array._plan import plan_submission
 
 BIG = 2**70 + 1
 
@@ -38,7 +38,7 @@ def test_an_array_worker_refuses_it_too(tmp_path):
     (tmp_path / "spec.toml").write_text(f'target = "{task}:run"\nitems = "i.json"\n'
                                         'ledger = "l.json"\n')
     (tmp_path / "i.json").write_text("[]")
-    sid = prepare_submission([{"task_id": "t", "x": 1}], ledger_path=tmp_path / "l.json").id
+    sid = plan_submission([{"task_id": "t", "x": 1}], ledger_path=tmp_path / "l.json").record().id
     proc = subprocess.run([PYTHON, "-m", "campaign._cli", "worker", str(tmp_path / "spec.toml"),
                            "--submission", sid], env=child_env(), capture_output=True,
                           text=True, timeout=120)
@@ -80,7 +80,7 @@ def test_a_submission_id_that_is_not_one_is_refused(tmp_path, submission):
     (tmp_path / "spec.toml").write_text('target = "m.py:run"\nitems = "i.json"\n'
                                         'ledger = "l.json"\n')
     (tmp_path / "i.json").write_text("[]")
-    prepare_submission([{"task_id": "t", "x": 1}], ledger_path=tmp_path / "l.json")
+    plan_submission([{"task_id": "t", "x": 1}], ledger_path=tmp_path / "l.json").record()
     proc = subprocess.run([PYTHON, "-m", "campaign._cli", "worker", "spec.toml", "--submission",
                            submission], cwd=tmp_path, env=child_env(), capture_output=True,
                           text=True, timeout=120)

@@ -3,7 +3,7 @@ the forgotten record does not come back from the workers' files, a resubmission 
 again, and a worker runs the fixed item, never the old one it had kept in ``latest/``.
 
 Each test first runs a real array to its end, forgets through the real CLI, then plans and runs
-again as a user would (`prepare_submission`, `campaign worker`)."""
+again as a user would (`plan_submission(...).record()`, `campaign worker`)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 from testkit import PYTHON, ROOT, child_env, wait_until
 
 from campaign import checkpointed_map, read_ledger
-from campaign._submit import prepare_submission
-from campaign._workdir import WorkDir, task_key, work_root
+from campaign._array._plan import plan_submission
+from campaign._array._workdir import WorkDir, task_key, work_root
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 
@@ -36,7 +36,7 @@ def run_array(tmp_path: Path, items: list[dict], elements: int = 2) -> list[str]
     if not spec.exists():
         spec.write_text(f'target = "{TASK}:run"\nitems = "items.json"\nledger = "ledger.json"\n')
         (tmp_path / "items.json").write_text("[]")
-    sub = prepare_submission(items, ledger_path=tmp_path / "ledger.json")
+    sub = plan_submission(items, ledger_path=tmp_path / "ledger.json").record()
     sid = sub.id
     procs = [subprocess.Popen(
         [PYTHON, "-m", "campaign._cli", "worker", str(spec), "--submission", sid,
@@ -116,7 +116,7 @@ def test_a_task_an_array_worker_runs_now_is_refused(tmp_path, marks):
     spec.write_text(f'target = "{TASK}:run"\nitems = "items.json"\nledger = "ledger.json"\n')
     (tmp_path / "items.json").write_text("[]")
     items = [dict(item, hang_in="0") for item in items_for(marks, 3)]  # element 0 never ends
-    sid = prepare_submission(items, ledger_path=ledger).id
+    sid = plan_submission(items, ledger_path=ledger).record().id
     proc = subprocess.Popen(
         [PYTHON, "-m", "campaign._cli", "worker", str(spec), "--submission", sid],
         env=dict(child_env(), SLURM_ARRAY_JOB_ID="901", SLURM_ARRAY_TASK_ID="0"),
@@ -141,7 +141,7 @@ def test_a_task_an_array_worker_runs_now_is_refused(tmp_path, marks):
 def test_a_resume_with_nothing_to_run_writes_the_workers_records_into_the_file(tmp_path, marks):
     ledger = tmp_path / "ledger.json"
     items = items_for(marks, 5)
-    sid = prepare_submission(items, ledger_path=ledger).id
+    sid = plan_submission(items, ledger_path=ledger).record().id
     planned = ledger.read_bytes()  # every task pending
     run_array(tmp_path, items)
     finished = read_ledger(ledger)["tasks"]
@@ -164,7 +164,7 @@ def test_workers_under_a_group_umask_read_their_own_files(tmp_path, marks):
     a private (0600) ledger: what they write is never group-writable."""
     ledger = tmp_path / "ledger.json"
     items = items_for(marks, 6)
-    prepare_submission(items, ledger_path=ledger)
+    plan_submission(items, ledger_path=ledger).record()
     ledger.chmod(0o600)
     old = os.umask(0o002)
     try:

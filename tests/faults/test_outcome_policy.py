@@ -19,8 +19,8 @@ import pytest
 from testkit import PATIENCE, PYTHON, child_env
 
 from campaign import checkpointed_map, read_ledger
-from campaign._submit import prepare_submission
-from campaign._array_worker import run_worker
+from campaign._array._plan import plan_submission
+from campaign._array._worker import run_worker
 
 LOST_PREFIX = "lost {n} times in this run (max_interruptions={m}); last cause: "
 
@@ -67,7 +67,7 @@ def engine_outcome(ledger: Path, fn, execution: str, **options) -> dict:
 
 
 def array_outcome(ledger: Path, fn, **options) -> dict:
-    sub = prepare_submission([{"task_id": "t0"}], ledger_path=ledger)
+    sub = plan_submission([{"task_id": "t0"}], ledger_path=ledger).record()
     summary = run_worker(fn, ledger, sub.id, owner=_owner("in-test"), merge_every=0, **options)
     assert summary.ran >= 1
     return read_ledger(ledger)["tasks"]["t0"]
@@ -140,7 +140,7 @@ def test_a_task_lost_too_often_in_one_run_fails_alike_in_the_engine_and_an_array
     spec = tmp_path / "spec.toml"
     spec.write_text('target = "hang.py:run"\nitems = "items.json"\nledger = "array.json"\n')
     (tmp_path / "items.json").write_text("[]")
-    sub = prepare_submission([{"task_id": "t0", "marks": str(marks)}], ledger_path=ledger)
+    sub = plan_submission([{"task_id": "t0", "marks": str(marks)}], ledger_path=ledger).record()
     for index in range(2):
         env = dict(child_env(), SLURM_ARRAY_JOB_ID="900", SLURM_ARRAY_TASK_ID=str(index))
         proc = subprocess.Popen([PYTHON, "-m", "campaign._cli", "worker", str(spec),
@@ -237,7 +237,7 @@ def test_three_driver_kills_then_one_lost_array_worker_retries_the_task(tmp_path
     spec = tmp_path / "spec.toml"
     spec.write_text('target = "hang.py:run"\nitems = "items.json"\nledger = "l.json"\n')
     (tmp_path / "items.json").write_text("[]")
-    sub = prepare_submission([item], ledger_path=ledger)
+    sub = plan_submission([item], ledger_path=ledger).record()
     assert read_ledger(ledger)["tasks"]["t0"]["interruptions"] == 3
     env = dict(child_env(), SLURM_ARRAY_JOB_ID="901", SLURM_ARRAY_TASK_ID="0")
     proc = subprocess.Popen([PYTHON, "-m", "campaign._cli", "worker", str(spec), "--submission",
@@ -265,7 +265,7 @@ def test_signal_stops_of_array_workers_are_not_counted(tmp_path):
     spec = tmp_path / "spec.toml"
     spec.write_text('target = "hang.py:run"\nitems = "items.json"\nledger = "l.json"\n')
     (tmp_path / "items.json").write_text("[]")
-    sub = prepare_submission([{"task_id": "t0", "marks": str(marks)}], ledger_path=ledger)
+    sub = plan_submission([{"task_id": "t0", "marks": str(marks)}], ledger_path=ledger).record()
     for index, signum in enumerate((signal.SIGTERM, signal.SIGTERM, signal.SIGKILL)):
         env = dict(child_env(), SLURM_ARRAY_JOB_ID="902", SLURM_ARRAY_TASK_ID=str(index))
         proc = subprocess.Popen([PYTHON, "-m", "campaign._cli", "worker", str(spec),

@@ -22,8 +22,8 @@ import pytest
 from testkit import PYTHON, child_env, require
 
 from campaign import LedgerError, checkpointed_map, read_ledger
+from campaign._array._workdir import task_key, work_root
 from campaign._journal import encode, journal_path
-from campaign._workdir import task_key, work_root
 
 STRANGER = "diffsoup-stranger"
 SHARE = "diffsoup-share"
@@ -174,10 +174,10 @@ def test_rewrites_keep_the_mode_group_and_acl(scratch, stranger):
 
 
 def test_work_folders_are_private_and_journals_follow_the_ledger(scratch):
-    from campaign._submit import prepare_submission
+    from campaign._array._plan import plan_submission
 
     items = [{"task_id": t, "x": i + 1} for i, t in enumerate("abcz")]
-    prepare_submission(items, ledger_path=scratch)  # creates runs.json.work/<id>/
+    plan_submission(items, ledger_path=scratch).record()  # creates runs.json.work/<id>/
     root = work_root(scratch)
     folders = [root, *[p for p in root.rglob("*") if p.is_dir()]]
     assert folders and all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in folders), [

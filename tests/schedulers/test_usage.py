@@ -16,9 +16,9 @@ import time
 
 import distributed
 import pytest
+from testkit import PYTHON, child_env
 
 from campaign import checkpointed_map, read_ledger
-from testkit import PYTHON, child_env
 
 MB = 1 << 20
 BIG = 200 * MB
@@ -96,8 +96,8 @@ def test_dask_records_cpu_and_peak_memory_per_attempt(ledger):
 
 
 def test_array_worker_records_cpu_and_peak_memory(tmp_path, monkeypatch):
-    from campaign._submit import prepare_submission
-    from campaign._array_worker import run_worker
+    from campaign._array._plan import plan_submission
+    from campaign._array._worker import run_worker
 
     # element 0 of a one-element array (as Slurm says): it takes the tasks in order, "small"
     # after "big"; a worker that does not know its place begins at a random task
@@ -106,7 +106,7 @@ def test_array_worker_records_cpu_and_peak_memory(tmp_path, monkeypatch):
     monkeypatch.delenv("SLURM_ARRAY_TASK_MIN", raising=False)
     monkeypatch.delenv("SLURM_ARRAY_TASK_STEP", raising=False)
     ledger = tmp_path / "ledger.json"
-    sub = prepare_submission(items_burn_big_small(), ledger_path=ledger)
+    sub = plan_submission(items_burn_big_small(), ledger_path=ledger).record()
     jax_before = "jax" in sys.modules
     summary = run_worker(work, ledger, sub.id, merge_every=0.0)
     assert summary.accepted == 4

@@ -1,7 +1,7 @@
 """Another "node" writing the ledger while a driver runs: every ``EVERY`` seconds, until the file
 ``STOP`` exists, one read-merge-write through its own view: `campaign forget` of the next task
 named in ``FORGET`` (comma-separated), then, when none is left, a merge of the array fragments
-(`campaign._workdir.merge_fragments`). The file ``STOP.began`` appears after the first write;
+(`campaign._array._workdir.merge_fragments`). The file ``STOP.began`` appears after the first write;
 each task forgotten is printed (``forgot <task id>``). Every error goes to stderr, one line
 each, and the exit code is the number of them (at most 100).
 
@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
+from campaign._array._workdir import merge_fragments
 from campaign._cli import main
 from campaign._errors import LedgerError
-from campaign._workdir import merge_fragments
 
 ledger, stop, every = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
 forget = [tid for tid in sys.argv[4].split(",") if tid]

@@ -1,9 +1,9 @@
 """A worker whose clock runs ahead of the file server's by twice the bound the leases tolerate
-(``lease_seconds / 4``: `campaign._skew.FRACTION`) measures the skew on the leases it writes and
-warns, once, with the figure; a worker on the server's clock does not warn. The clock is moved
-by libfaketime on the worker process alone. (Under libfaketime 0.9.10 a thread's timed wait
-never ends, so these workers' leases are never renewed: what is checked is measured on the
-claims.)"""
+(``lease_seconds / 4``: `campaign._array._skew.FRACTION`) measures the skew on the leases it
+writes and warns, once, with the figure; a worker on the server's clock does not warn. The
+clock is moved by libfaketime on the worker process alone. (Under libfaketime 0.9.10 a thread's
+timed wait never ends, so these workers' leases are never renewed: what is checked is measured
+on the claims.)"""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from testkit import PYTHON, ROOT, child_env, require, wait_until
 
 from campaign import read_ledger
-from campaign._submit import prepare_submission
+from campaign._array._plan import plan_submission
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 LEASE = 8.0  # so the bound is 2 s
@@ -49,7 +49,7 @@ def test_a_worker_whose_clock_runs_ahead_warns_once(views, tmp_path, kind):
     marks.mkdir()
     spec_in(a)
     items = [{"task_id": f"t{i}", "x": i, "sleep": 0.05, "marks": str(marks)} for i in range(6)]
-    sub = prepare_submission(items, ledger_path=a / "ledger.json").id
+    sub = plan_submission(items, ledger_path=a / "ledger.json").record().id
     ahead = worker(a / "spec.toml", sub, 0, ahead=AHEAD)
     assert ahead.returncode == 0, ahead.stderr
     warnings = re.findall(r"this host's clock is \+(\d+\.\d) s .* off the file server's",
@@ -61,7 +61,7 @@ def test_a_worker_whose_clock_runs_ahead_warns_once(views, tmp_path, kind):
     assert {rec["status"] for rec in tasks.values()} == {"accepted"}
 
     items = [dict(item, task_id=f"u{i}") for i, item in enumerate(items)]
-    sub = prepare_submission(items, ledger_path=a / "ledger.json").id
+    sub = plan_submission(items, ledger_path=a / "ledger.json").record().id
     on_time = worker(a / "spec.toml", sub, 1)
     assert on_time.returncode == 0, on_time.stderr
     assert "clock is" not in on_time.stderr
@@ -74,7 +74,7 @@ def test_campaign_status_shows_a_skewed_worker(views, tmp_path):
     marks.mkdir()
     spec_in(a)
     items = [{"task_id": "held", "x": 0, "sleep": 0, "marks": str(marks), "hang_in": "0"}]
-    sub = prepare_submission(items, ledger_path=a / "ledger.json").id
+    sub = plan_submission(items, ledger_path=a / "ledger.json").record().id
     env = dict(child_env(), SLURM_ARRAY_JOB_ID="3100", SLURM_ARRAY_TASK_ID="0",
                SLURM_ARRAY_TASK_COUNT="1")
     proc = subprocess.Popen(
@@ -124,7 +124,7 @@ def test_every_run_that_overlapped_is_in_the_ledger_as_superseded(views, tmp_pat
     marks.mkdir()
     spec_in(a)
     items = [{"task_id": "t0", "x": 0, "sleep": 3 * LEASE, "marks": str(marks)}]
-    sub = prepare_submission(items, ledger_path=a / "ledger.json").id
+    sub = plan_submission(items, ledger_path=a / "ledger.json").record().id
     env = dict(child_env(), SLURM_ARRAY_TASK_ID="0", SLURM_ARRAY_TASK_COUNT="1")
     command = [PYTHON, "-m", "campaign._cli", "worker", "--submission", sub,
                "--lease-seconds", str(LEASE), "--merge-every", "0.5"]

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 from sharedfskit import CACHING, LOCKLESS
+from testkit import PYTHON, child_env, wait_until
 
 from campaign import read_ledger
-from campaign._leases import Leases
-from campaign._submit import prepare_submission
-from campaign._workdir import WorkDir, task_key
-from testkit import PYTHON, child_env, wait_until
+from campaign._array._leases import Leases
+from campaign._array._plan import plan_submission
+from campaign._array._workdir import WorkDir, task_key
 
 NODE = Path(__file__).with_name("exclusion_node.py")
 
@@ -91,7 +91,7 @@ def test_concurrent_takeovers_of_expired_leases_give_one_holder(views, sharedfs,
     time, the leases the first takeover made, expired): each task is held by one."""
     a, b, _ = views(kind)
     items = [{"task_id": f"t{i:03d}", "x": i} for i in range(200)]
-    submission = prepare_submission(items, ledger_path=a / "runs.json")
+    submission = plan_submission(items, ledger_path=a / "runs.json").record()
     ids = [item["task_id"] for item in items]
     folder = sharedfs.export / a.name  # on the "server": no view's cache in the way
     expire_all(folder, ids)  # by dead workers
@@ -121,7 +121,7 @@ def test_a_worker_whose_lease_was_taken_over_records_a_superseded_attempt(views,
     takes the task over and runs it; the first, continued (SIGCONT), finds its lease taken over
     and records its run as a superseded attempt in the task's history, not as the task's."""
     a, b, _ = views("bindfs-nolock")
-    submission = prepare_submission([{"task_id": "t", "x": 1}], ledger_path=a / "runs.json")
+    submission = plan_submission([{"task_id": "t", "x": 1}], ledger_path=a / "runs.json").record()
     calls, go = tmp_path / "calls", tmp_path / "go"
     go.touch()
     slow = on_node("nodeA", "worker", a / "runs.json", submission.id, calls, go, 2.0, 3.0)
@@ -196,7 +196,7 @@ def test_the_fence_sees_a_takeover_its_attribute_cache_has_not(views, kind):
     the lease's files. A's fence (`Leases.taken_over`, asked before its outcome is recorded)
     sees the takeover at once, not once its cache expires."""
     a, b, _ = views(kind)
-    submission = prepare_submission([{"task_id": "t", "x": 1}], ledger_path=a / "runs.json")
+    submission = plan_submission([{"task_id": "t", "x": 1}], ledger_path=a / "runs.json").record()
     mine = Leases(WorkDir(a / "runs.json", submission.id), lease_seconds=0.5)
     theirs = Leases(WorkDir(b / "runs.json", submission.id), lease_seconds=30.0)
     lease = mine.claim("t", {"worker": "wa", "host": "nodeA", "pid": 1})

@@ -10,7 +10,7 @@ import subprocess
 from testkit import PYTHON, ROOT, child_env
 
 from campaign import read_ledger
-from campaign._submit import prepare_submission
+from campaign._array._plan import plan_submission
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 N = 60
@@ -25,7 +25,7 @@ def test_workers_racing_for_leases_over_sshfs(views, tmp_path):
     (a / "items.json").write_text("[]")
     items = [{"task_id": f"t{i:03d}", "x": i, "sleep": 0.0, "marks": str(marks)}
              for i in range(N)]
-    sub = prepare_submission(items, ledger_path=a / "ledger.json")
+    sub = plan_submission(items, ledger_path=a / "ledger.json").record()
     procs = []
     for index in range(6):
         view = (a, b)[index % 2]

@@ -1,6 +1,6 @@
 """Many array workers claiming from one ledger at once: no task runs twice.
 
-20 `campaign worker` claim loops (`campaign._array_worker.run_worker` with a function that only
+20 `campaign worker` claim loops (`campaign._array._worker.run_worker` with a function that only
 notes the task it was given) over one submission of 2,000 zero-time tasks, as threads of one process
 and as separate processes. Every task runs exactly once and, once the fragments are merged,
 the ledger holds every task accepted after one attempt. A worker keeps running tasks while
@@ -21,9 +21,9 @@ import pytest
 from testkit import PYTHON, child_env, wait_until
 
 from campaign import read_ledger
-from campaign._array_worker import run_worker
-from campaign._submit import prepare_submission
-from campaign._workdir import fragment_files, merge_fragments, work_root
+from campaign._array._plan import plan_submission
+from campaign._array._workdir import fragment_files, merge_fragments, work_root
+from campaign._array._worker import run_worker
 
 CLAIMERS = 20
 TASKS = 2000
@@ -32,7 +32,7 @@ _CHILD = """
 import sys
 from pathlib import Path
 import orjson
-from campaign._array_worker import run_worker
+from campaign._array._worker import run_worker
 ledger, submission, out, name = sys.argv[1:5]
 ran = []
 owner = {"worker": name, "job": None, "array_task": None, "host": "here", "pid": 0}
@@ -45,7 +45,7 @@ Path(out).write_bytes(orjson.dumps(ran))
 def submit(tmp_path: Path) -> tuple[Path, str]:
     ledger = tmp_path / "ledger.json"
     items = [{"task_id": f"t{i:05d}", "x": i} for i in range(TASKS)]
-    sub = prepare_submission(items, ledger_path=ledger)
+    sub = plan_submission(items, ledger_path=ledger).record()
     assert len(sub.plan.to_run) == TASKS
     return ledger, sub.id
 
@@ -118,7 +118,7 @@ lock.release()
 _MARKING = """
 import sys
 from pathlib import Path
-from campaign._array_worker import run_worker
+from campaign._array._worker import run_worker
 ledger, submission, marks = sys.argv[1:4]
 def note(item):
     (Path(marks) / item["task_id"]).touch(exist_ok=False)  # a second run raises
@@ -132,8 +132,8 @@ def test_a_worker_runs_its_tasks_while_another_holds_the_ledger_lock(tmp_path):
     """A merge between tasks skips a lock that another worker holds (it is merging), instead
     of stopping the claim loop until the lock comes free (200 workers did little else)."""
     ledger = tmp_path / "ledger.json"
-    sub = prepare_submission([{"task_id": f"t{i:02d}", "x": i} for i in range(40)],
-                             ledger_path=ledger)
+    sub = plan_submission([{"task_id": f"t{i:02d}", "x": i} for i in range(40)],
+                          ledger_path=ledger).record()
     marks = tmp_path / "marks"
     marks.mkdir()
     holder = subprocess.Popen([PYTHON, "-c", _HOLDER, str(ledger)], env=child_env(),
@@ -162,8 +162,8 @@ def test_a_fragment_merged_away_before_its_write_returns_does_not_stop_the_worke
     from campaign import _atomic
 
     ledger = tmp_path / "ledger.json"
-    sub = prepare_submission([{"task_id": f"t{i:02d}", "x": i} for i in range(5)],
-                             ledger_path=ledger)
+    sub = plan_submission([{"task_id": f"t{i:02d}", "x": i} for i in range(5)],
+                          ledger_path=ledger).record()
     real_fsync_dir = _atomic.fsync_dir
     removed: list[str] = []
 

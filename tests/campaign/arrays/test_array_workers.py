@@ -18,8 +18,8 @@ import pytest
 from testkit import PYTHON, ROOT, child_env, wait_until
 
 from campaign import read_ledger
-from campaign._submit import prepare_submission
-from campaign._workdir import merge_fragments, work_root
+from campaign._array._plan import plan_submission
+from campaign._array._workdir import merge_fragments, work_root
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 
@@ -33,7 +33,7 @@ def setup(tmp_path: Path, n: int, sleep: float, **extra) -> tuple[Path, Path, st
     (tmp_path / "items.json").write_text("[]")
     items = [{"task_id": f"t{i:03d}", "x": i, "sleep": sleep, "marks": str(marks), **extra}
              for i in range(n)]
-    sub = prepare_submission(items, ledger_path=ledger)
+    sub = plan_submission(items, ledger_path=ledger).record()
     assert len(sub.plan.to_run) == n
     return ledger, spec, sub.id
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from campaign._array_worker import array_share, claim_order
-from campaign._workdir import WorkDir, task_key
+from campaign._array._workdir import WorkDir, task_key
+from campaign._array._worker import array_share, claim_order
 
 IDS = [f"t{i:03d}" for i in range(100)]
 

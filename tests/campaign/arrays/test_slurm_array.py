@@ -18,7 +18,7 @@ import pytest
 from testkit import PATIENCE, PYTHON, ROOT, child_env, require, wait_until
 
 from campaign import SubmitError, read_ledger, submit_array
-from campaign._workdir import work_root
+from campaign._array._workdir import work_root
 from schedulers import slurm
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"

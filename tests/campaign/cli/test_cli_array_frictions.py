@@ -24,7 +24,7 @@ from cli_data.cli_helpers import (
 )
 from testkit import PATIENCE, ROOT, require, wait_until
 
-from campaign._workdir import work_root
+from campaign._array._workdir import work_root
 from schedulers import slurm
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"

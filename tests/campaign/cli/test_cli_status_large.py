@@ -177,10 +177,10 @@ def doc_accepted(doc):
 
 def test_scan_applies_unmerged_fragments_as_overlay_does(tmp_path):
     """Records of array workers' fragments not merged yet (one replacing a record, one for a
-    task only a fragment knows) stream by as `campaign._workdir.overlay` gives them."""
+    task only a fragment knows) stream by as `campaign._array._workdir.overlay` gives them."""
     from campaign import _records, read_ledger
+    from campaign._array._workdir import WorkDir, overlay
     from campaign._overlay import scan_records
-    from campaign._workdir import WorkDir, overlay
 
     ledger = _small_ledger(tmp_path, 2000)
     doc = read_ledger(ledger)
@@ -270,7 +270,7 @@ def _odd_submitted_ledger(tmp_path):
     recorded, integer times, workers of another job or none, keys the tables do not list), and
     the task list of the submission (every task but the first ten)."""
     from campaign import _document
-    from campaign._workdir import write_task_list
+    from campaign._array._workdir import write_task_list
 
     ledger = _small_ledger(tmp_path, 2500)
     doc = json.loads(ledger.read_bytes())

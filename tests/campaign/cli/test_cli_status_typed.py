@@ -15,8 +15,8 @@ from test_cli_status_large import load_benchmark
 
 from campaign import _document, _journal, _records, read_ledger
 from campaign._errors import LedgerError
-from campaign._schema import COLUMNS, record_problem
 from campaign._overlay import scan_columns
+from campaign._schema import COLUMNS, record_problem
 from campaign._status import Status
 from campaign._typed import Record, StatusName
 
@@ -86,7 +86,7 @@ def test_odd_but_valid_records_give_the_plain_scan_columns(tmp_path):
 def test_journal_and_fragments_give_the_plain_scan_columns(tmp_path):
     """Chunks the journal or an array worker's fragment changes come as the plain scan
     gives them; the others are typed."""
-    from campaign._workdir import WorkDir
+    from campaign._array._workdir import WorkDir
 
     ledger = _ledger(tmp_path, 2000)
     doc = read_ledger(ledger)

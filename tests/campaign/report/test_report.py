@@ -23,8 +23,8 @@ from report_data.report_task import run
 from testkit import PYTHON, ROOT, child_env, require, wait_until
 
 from campaign import LedgerError, checkpointed_map, read_ledger, write_report
-from campaign._workdir import work_root
-from campaign._submit import prepare_submission
+from campaign._array._plan import plan_submission
+from campaign._array._workdir import work_root
 
 DATA = Path(__file__).with_name("report_data")
 #: Waits (in the page) until bokeh has built and finished a view of every root, then describes
@@ -178,7 +178,7 @@ def test_job_array_with_unmerged_fragments(tmp_path):
     (tmp_path / "items.json").write_text("[]")
     items = [{"task_id": f"a{i}", "x": i, **({"hold": str(hold)} if i == 6 else {}),
               **({"fail": "ValueError"} if i == 2 else {})} for i in range(7)]
-    sub = prepare_submission(items, ledger_path=ledger)
+    sub = plan_submission(items, ledger_path=ledger).record()
     # element 0 of a one-element array (as Slurm says): it takes the tasks in order, a6 last
     env = dict(child_env(), SLURM_ARRAY_JOB_ID="4242", SLURM_ARRAY_TASK_ID="0",
                SLURM_ARRAY_TASK_COUNT="1")

@@ -2,12 +2,12 @@
 fragments.
 
 Each element of a Slurm job array runs one worker. Workers share nothing but the ledger's folder:
-a task is claimed by creating its lease file (campaign/_leases.py), run, recorded in a fragment
-file (campaign/_workdir.py), marked done and released; fragments are merged into the ledger every
-few seconds (skipped while another worker merges) and at the end (unless another worker's merge
-has already applied them). SIGUSR1 (sent by Slurm ``--signal`` before the time limit) and
-SIGTERM (the limit itself, ``scancel``) stop the worker after recording its running task as
-interrupted and releasing it.
+a task is claimed by creating its lease file (campaign/_array/_leases.py), run, recorded in a
+fragment file (campaign/_array/_workdir.py), marked done and released; fragments are merged into
+the ledger every few seconds (skipped while another worker merges) and at the end (unless another
+worker's merge has already applied them). SIGUSR1 (sent by Slurm ``--signal`` before the time
+limit) and SIGTERM (the limit itself, ``scancel``) stop the worker after recording its running
+task as interrupted and releasing it.
 
 A worker runs the item the ledger holds: it continues a ``latest/`` record, or counts an
 accepted mark, only for the same fingerprint, and when a ``campaign forget`` ran since it read
@@ -32,14 +32,14 @@ import filelock
 from schedulers import ErrorInfo, OutcomeKind
 from schedulers._usage import Meter
 
-from . import _document, _ownership, _records
-from ._atomic import HOST
-from ._errors import Interrupted, LedgerError
-from ._jsonvalue import decode
+from .. import _document, _ownership, _records
+from .._atomic import HOST
+from .._errors import Interrupted, LedgerError
+from .._jsonvalue import decode
+from .._policy import MAX_INTERRUPTIONS, RETRIES, Limits, settle, stopped
+from .._signals import Stop, signals_raise
+from .._status import ACCEPTED
 from ._leases import Heartbeat, Leases
-from ._policy import MAX_INTERRUPTIONS, RETRIES, Limits, settle, stopped
-from ._signals import Stop, signals_raise
-from ._status import ACCEPTED
 from ._workdir import (
     WorkDir,
     busy_state,
@@ -136,12 +136,7 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
     ledger = Path(ledger)
     check_submission_id(submission)
     owner = owner or slurm_owner()
-    try:
-        task_ids = _ownership.read_json(task_list_path(ledger, submission), ledger)
-    except FileNotFoundError:
-        raise LedgerError(f"ledger {ledger} has no submission {submission!r} (no "
-                          f"{task_list_path(ledger, submission)}); submit it with "
-                          "`campaign submit`") from None
+    task_ids = _task_ids(ledger, submission)
     view = _View(ledger)
     tasks = view.tasks
     claims = _Claims(fn, Leases(WorkDir(ledger, submission), lease_seconds=lease_seconds),
@@ -165,13 +160,10 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
                     waiting.append(tid)
                     continue
                 claimed = True
-                if view.stale():  # a forget ran since we read the ledger
-                    tasks = view.load(locked=True)
-                    work.expect(tasks)
-                    if tid not in tasks or tasks[tid]["status"] == ACCEPTED or \
-                            work.is_done(tid):
-                        claims.leases.release(lease, done=False)  # forgotten, or ended
-                        continue
+                if not view.still_to_run(tid, work):
+                    claims.leases.release(lease, done=False)  # forgotten, or ended
+                    continue
+                tasks = view.tasks
                 rec = work.newest(tid, tasks[tid])
                 if "stolen_from" in lease:
                     again = claims.lost(tid, rec, lease)
@@ -188,6 +180,16 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
                 time.sleep(min(lease_seconds / 4, 2.0))
             left = waiting
     return _finish(claims, stop, ledger)
+
+
+def _task_ids(ledger: Path, submission: str) -> list[str]:
+    """The submission's task ids, in the order `submit_array` wrote them."""
+    try:
+        return _ownership.read_json(task_list_path(ledger, submission), ledger)
+    except FileNotFoundError:
+        raise LedgerError(f"ledger {ledger} has no submission {submission!r} (no "
+                          f"{task_list_path(ledger, submission)}); submit it with "
+                          "`campaign submit`") from None
 
 
 class _View:
@@ -222,6 +224,15 @@ class _View:
 
     def stale(self) -> bool:
         return forget_state(self.ledger) != self.state
+
+    def still_to_run(self, tid: str, work: WorkDir) -> bool:
+        """Whether ``tid``, just claimed, is still to run: if a forget ran since we read the
+        ledger (`stale`), the records are read again under the lock first."""
+        if not self.stale():
+            return True
+        tasks = self.load(locked=True)
+        work.expect(tasks)
+        return tid in tasks and tasks[tid]["status"] != ACCEPTED and not work.is_done(tid)
 
 
 def _finish(claims: _Claims, stop: Stop, ledger: Path) -> WorkerSummary:

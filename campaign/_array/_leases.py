@@ -7,7 +7,7 @@ taken over by an exclusive create of its next generation, ``<key>.<g + 1>.json``
 ``<key>.json``): of two workers that found it expired, one creates it; no lock is needed, and
 none is trusted. The highest generation is the lease; a holder whose next generation exists
 was taken over (`Leases.taken_over`: it stalled past its lease), and records its outcome as a
-superseded attempt. Done marks and the layout are campaign/_workdir.py's.
+superseded attempt. Done marks and the layout are campaign/_array/_workdir.py's.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any
 
 import orjson
 
+from .._atomic import atomic_write
+from .._exclusive import create_exclusive
+from .._signals import block_stop_signals
 from . import _skew
-from ._atomic import atomic_write
-from ._exclusive import create_exclusive
-from ._signals import block_stop_signals
 from ._workdir import WorkDir, checked_root, read_json, task_key
 
 logger = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class Leases:
         """This host's clock against the file server's, measured on the lease just written
         (``st``: its stat; a claim stats it, at most once per ``lease_seconds``): kept as the
         lease's ``clock_skew``, written with its next renewal (a claim's past
-        `campaign._skew.FRACTION` * ``lease_seconds`` at once, for `campaign status`), and
+        `campaign._array._skew.FRACTION` * ``lease_seconds`` at once, for `campaign status`), and
         warned about once past that bound."""
         claimed = st is None
         if st is None:

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _document
-from ._errors import DriverBusyError
-from ._items import PreparedItems, prepare_items
+from .. import _document
+from .._errors import DriverBusyError
+from .._items import PreparedItems, prepare_items
+from .._ledger import Ledger
+from .._owner_lease import DriverLease, busy_text, driver_lock_path
+from .._plan import Plan, compare, plan
+from .._status import RunStatus
 from ._leases import live_leases
-from ._ledger import Ledger
-from ._owner_lease import DriverLease, busy_text, driver_lock_path
-from ._plan import Plan, compare, plan
-from ._status import RunStatus
 from ._workdir import overlay, write_task_list
 
 
@@ -95,18 +95,6 @@ def plan_submission(items: Iterable[Mapping[str, Any]], *, ledger_path: str | Pa
         _document.read(path)  # a foreign ledger is refused, even when it would be replaced
     planned, _ = compare(tasks, prepared)
     return PlannedSubmission(driver.run_id, path, planned, resume, prepared, driver)
-
-
-def prepare_submission(items: Iterable[Mapping[str, Any]], *, ledger_path: str | Path,
-                       resume: bool = True, ignore_fields: Iterable[str] = ()) -> Submission:
-    """Check the items, record the new tasks as pending (refusing changed items, keeping the
-    accepted ones), and write the list of tasks for `campaign worker` to claim.
-
-    Raises the same errors as `checkpointed_map` (bad items, a foreign ledger, a live driver).
-    ``ignore_fields``: as `checkpointed_map`'s.
-    """
-    return plan_submission(items, ledger_path=ledger_path, resume=resume,
-                           ignore_fields=ignore_fields).record()
 
 
 def _check_free(path: Path) -> None:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._errors import CampaignError
-from ._shell import command
-from ._submit import PlannedSubmission, Submission, plan_submission
+from .._errors import CampaignError
+from .._shell import command
+from ._plan import PlannedSubmission, Submission, plan_submission
 
 logger = logging.getLogger(__name__)
 

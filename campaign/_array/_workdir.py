@@ -3,7 +3,7 @@
 Beside the ledger ``L``, ``L.work/`` holds what all submissions share and one folder
 ``<submission>/`` per submission (docs/ledger.md, "Array workers"):
 
-- ``leases/<key>.json`` (shared): who runs a task now (campaign/_leases.py).
+- ``leases/<key>.json`` (shared): who runs a task now (campaign/_array/_leases.py).
 - ``latest/<key>.json`` (shared): the newest record a worker wrote for the task, so that the next
   worker to claim it continues its attempts and history (only a record of the same item:
   fingerprint).
@@ -39,11 +39,11 @@ from typing import Any
 
 import orjson
 
-from . import _ownership, _update
-from ._atomic import HOST, atomic_write
-from ._errors import LedgerError
-from ._records import fold_superseded, is_folded, merge
-from ._status import ACCEPTED
+from .. import _ownership, _update
+from .._atomic import HOST, atomic_write
+from .._errors import LedgerError
+from .._records import fold_superseded, is_folded, merge
+from .._status import ACCEPTED
 
 
 def work_root(ledger: Path) -> Path:
@@ -319,7 +319,7 @@ def forget_state(ledger: Path) -> bytes | None:
     """The bytes of ``forgets.json`` (None: no forget ever ran). A worker notes them before it
     reads the ledger; when they differ later, or said a forget was under way, a forget may
     have removed a task after the worker read it, and the worker reads the ledger again under
-    its lock (`campaign._array_worker`)."""
+    its lock (`campaign._array._worker`)."""
     try:
         return _ownership.read_bytes(forgets_path(ledger), ledger)
     except FileNotFoundError:
