@@ -48,7 +48,8 @@ from campaign import read_ledger, run_worker
 from campaign._array import _worker as _array_worker
 from campaign._array._leases import Leases
 from campaign._array._plan import plan_submission
-from campaign._array._workdir import WorkDir, fragment_files, merge_fragments, work_root
+from campaign._array._workdir import WorkDir, fragment_files, merge_fragments
+from campaign._paths import LedgerPaths
 
 #: Durations of the workers' merges in this process (the wrapped ``merge_fragments``).
 MERGES: list[float] = []
@@ -136,7 +137,7 @@ def run_mode(folder: Path, mode: str, args: argparse.Namespace) -> dict[str, Any
     runs = Counter(tid for ran in ran_by.values() for tid in ran)
     return {"mode": mode, "wall": wall, "runs": runs, "merges": merges, "left": left,
             "last_merge": last_merge, "bad_records": _check_ledger(ledger, ran_by),
-            "dirs": _files_per_directory(work_root(ledger), sub.id),
+            "dirs": _files_per_directory(LedgerPaths.of(ledger).work, sub.id),
             "peak_fragments": sampler.fragments, "peak_leases": sampler.leases}
 
 

@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 import time
-import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -29,8 +29,8 @@ from . import _document, _journal, _storeload
 from ._atomic import WriteFailures, atomic_write, write_error_text, write_retry_default
 from ._errors import LedgerError, LedgerWriteError
 from ._ownwrites import OwnWrites
+from ._paths import LedgerPaths
 from ._records import newer
-from ._runs import find_run
 from ._signals import block_stop_signals
 from ._store import RecordStore, whole_file
 
@@ -52,13 +52,18 @@ class GroupCommit:
     """A ledger document held in memory and written to ``path`` by group commit (see the
     module's docstring); `campaign.Ledger` adds the driver's run and the way records change.
 
+    What changed reaches the writer through `_mark` and `_mark_meta` (under ``_state``), a
+    document read from disk through `_adopt`; the runs list is the subclass's (`_kept_runs`,
+    `_on_give_up`): nothing else of the writer's state is set from outside this class.
+
     Args: as `campaign.Ledger`'s.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, min_interval: float = 0.1,
                  write_share: float = 0.1, write_retry: float | None = None,
                  compact_fraction: float = _journal.COMPACT_FRACTION):
-        self.path = _document.real_path(path)
+        self.paths = LedgerPaths.of(path)  # every file of the ledger, named once
+        self.path = self.paths.file
         self.write_retry = write_retry_default() if write_retry is None else float(write_retry)
         if not self.write_retry >= 0:
             raise ValueError(f"write_retry must be >= 0 seconds, got {write_retry!r}")
@@ -67,7 +72,6 @@ class GroupCommit:
         self.compact_fraction = compact_fraction
         self.doc: dict[str, Any] = {}
         self._adopt(_document.new_document())
-        self.run_id = uuid.uuid4().hex[:12]
         self.driver = True
         self.bytes_written = 0
         self.commits = 0  # writes: whole-file writes (compactions) and journal appends
@@ -91,25 +95,50 @@ class GroupCommit:
         self._file_bytes = 0
         self._journal_bytes = 0
         self._compact_after = 0.0  # monotonic: no compaction before, unless one is needed
-        self._file_lock = _document.file_lock(self.path)
+        self._file_lock = _document.file_lock(self.paths)
         self._writer: threading.Thread | None = None
         self._failures = WriteFailures(self.path, self.write_retry)
         self._gave_up: LedgerWriteError | None = None
 
-    def _adopt(self, doc: dict[str, Any]) -> None:
-        """Hold ``doc`` as this ledger's document, its records in a `RecordStore`."""
+    def _adopt(self, doc: dict[str, Any], state: _document.DiskState | None = None, *,
+               whole: bool = True) -> None:
+        """Hold ``doc`` as this ledger's document, its records in a `RecordStore`. ``state``:
+        the file's `DiskState` when ``doc`` was read from it (its generation is what the next
+        write is made from); ``whole``: whether the next commit rewrites the whole file (False
+        only when the file alone holds everything, so this run can append to its journal)."""
         doc["tasks"] = RecordStore.of(doc["tasks"])
         self.doc = doc
+        if state is not None:
+            self._disk_state, self._file_bytes = state, state.size
+            self._generation = doc.get("generation")
+            self._need_whole = whole
+
+    def _mark(self, task_ids: Iterable[str]) -> None:
+        """These records changed: the next commit writes them. The caller holds ``_state``."""
+        self._dirty.update(task_ids)
+        if self._writer_idle:
+            self._wake.notify()
+
+    def _mark_meta(self, *, whole: bool = False) -> None:
+        """The head (the runs, the order) changed; ``whole``: the next commit rewrites the
+        whole file (a journal line cannot say it). The caller holds ``_state``."""
+        self._meta_dirty = True
+        self._need_whole = self._need_whole or whole
+        self._wake.notify()
+
+    def _kept_runs(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The runs list to hold after merging a file another process wrote, whose list is
+        ``runs`` (`campaign.Ledger` keeps its own run's entry as it holds it)."""
+        return runs
+
+    def _on_give_up(self, error: LedgerWriteError) -> None:
+        """The writes failed for good (the caller holds ``_state``): `campaign.Ledger` notes
+        it in its run, written if a last try succeeds."""
 
     @property
     def store(self) -> RecordStore:
         """Task id -> record (stored form), held compactly (`campaign._store`)."""
         return self.doc["tasks"]
-
-    @property
-    def run(self) -> dict[str, Any] | None:
-        """This run's entry in the ledger's ``runs`` list (None unless opened as the driver)."""
-        return find_run(self.doc, self.run_id)
 
     def flush(self) -> None:
         """Commit every change now; on return all of them are durable on disk. A failing
@@ -155,7 +184,7 @@ class GroupCommit:
                     self._wake.wait(IDLE_CHECK if self.driver else None)
                     self._writer_idle = False
                     if self.driver and self._own and self._disk_state is not None \
-                            and _document.file_state(self.path) != self._disk_state:
+                            and _document.file_state(self.paths) != self._disk_state:
                         # replaced: merge it soon, and write again what it may have dropped
                         self._meta_dirty = True
                 if self._closing or self._gave_up is not None:
@@ -219,10 +248,7 @@ class GroupCommit:
     def _give_up(self, now: float) -> None:
         """Stop retrying (the caller holds ``_state``): the error every later call raises."""
         self._gave_up = self._failures.error(now)
-        run = self.run if self.driver else None
-        if run is not None:  # written if a last try succeeds
-            run["error"] = str(self._gave_up)
-            self._meta_dirty = True
+        self._on_give_up(self._gave_up)
         self._written.notify_all()
         self._wake.notify_all()
 
@@ -258,7 +284,7 @@ class GroupCommit:
         self._before_write()
         generation = self._generation
         if self.driver and generation is not None \
-                and _document.file_state(self.path) == self._disk_state:
+                and _document.file_state(self.paths) == self._disk_state:
             with self._state:
                 line, taken, meta = self._journal_line(generation)
             if line is not None:
@@ -290,7 +316,7 @@ class GroupCommit:
 
     def _append(self, line: bytes, taken: set[str], meta: bool) -> None:
         try:
-            size = _journal.append(self.path, line)
+            size = _journal.append(self.paths, line)
         except BaseException:
             with self._state:
                 self._dirty |= taken
@@ -308,7 +334,8 @@ class GroupCommit:
         """Merge foreign changes and write the whole file with a new generation, then remove
         the journal; the caller holds ``<ledger>.lock``."""
         with self._state:
-            if self._disk_state is not None and _document.file_state(self.path) != self._disk_state:
+            if self._disk_state is not None \
+                    and _document.file_state(self.paths) != self._disk_state:
                 self._merge_from_disk()
             self.doc["updated"] = time.time()
             if self._generation is not None and self._disk_state is not None:
@@ -323,7 +350,7 @@ class GroupCommit:
             self._need_whole = False
         try:
             st = atomic_write(self.path, whole_file(head, records))
-            _journal.remove(self.path)  # after the replacement: see docs/ledger.md
+            _journal.remove(self.paths)  # after the replacement: see docs/ledger.md
         except BaseException:
             with self._state:
                 self._dirty |= taken
@@ -359,9 +386,7 @@ class GroupCommit:
         for tid in self._dirty.union(unseen):
             if tid in ours:
                 tasks[tid] = newer(tasks.get(tid), ours[tid])
-        mine = self.run
-        if mine is not None:
-            disk["runs"] = [r for r in disk["runs"] if r.get("id") != self.run_id] + [mine]
+        disk["runs"] = self._kept_runs(disk["runs"])
         self._adopt(disk)
         self._dirty.update(unseen)  # to write again: the file holds them no more
         if isinstance(disk.get("generation"), str):  # what the next file is made from

@@ -20,6 +20,7 @@ import orjson
 from . import _journal
 from ._errors import LedgerError
 from ._ledger_lock import LedgerLock
+from ._paths import LedgerPaths
 from ._schema import MISSING, records_problem, run_problem
 from ._stale import Attributes, Unsettled, fresh_stat, read_bytes, retried
 from ._status import FORMAT_NAME, FORMAT_VERSION
@@ -30,21 +31,11 @@ logger = logging.getLogger(__name__)
 LOCK_TIMEOUT = 120.0
 
 
-def real_path(path: str | os.PathLike[str]) -> Path:
-    """The file a ledger path names, symlinks resolved: what every lock and write acts on."""
-    return Path(os.path.realpath(path))
-
-
-def lock_path(path: str | os.PathLike[str]) -> Path:
-    target = real_path(path)
-    return target.with_name(target.name + ".lock")
-
-
-def file_lock(path: str | os.PathLike[str]) -> LedgerLock:
+def file_lock(path: str | os.PathLike[str] | LedgerPaths) -> LedgerLock:
     """The inter-process lock every read-merge-write of ``path`` holds (``<ledger>.lock`` beside
     the file the path resolves to): ``flock`` and an ``O_EXCL`` owner file, exclusive where
     ``flock`` is not (`campaign._ledger_lock`)."""
-    return LedgerLock(lock_path(path), timeout=LOCK_TIMEOUT, poll_interval=0.002)
+    return LedgerLock(LedgerPaths.of(path).lock, timeout=LOCK_TIMEOUT, poll_interval=0.002)
 
 
 def new_document(now: float | None = None) -> dict[str, Any]:
@@ -272,16 +263,17 @@ def _load_once(path: Path, fresh: bool) -> tuple[dict[str, Any], DiskState]:
     return doc, DiskState.of(st, journal.size)
 
 
-def file_state(path: Path) -> DiskState | None:
+def file_state(path: Path | LedgerPaths) -> DiskState | None:
     """What tells whether another process changed the ledger (replaced the file or appended to
     its journal) since we last read or wrote it; None when there is no file. Where a shared
     file system may cache attributes, they are asked of it (`campaign._stale.fresh_stat`)."""
+    paths = LedgerPaths.of(path)
     try:
-        st = fresh_stat(path)
+        st = fresh_stat(paths.file)
     except FileNotFoundError:
         return None
     try:
-        journal = fresh_stat(_journal.journal_path(path)).st_size
+        journal = fresh_stat(paths.journal).st_size
     except FileNotFoundError:
         journal = 0
     return DiskState.of(st, journal)

@@ -28,6 +28,7 @@ from . import _document, _update
 from ._array._leases import live_leases
 from ._array._workdir import forget_traces, forgetting, merge_fragments
 from ._errors import DriverBusyError
+from ._paths import LedgerPaths
 from ._shell import command
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ def forget(ledger: str | os.PathLike[str],
         LedgerError, LedgerWriteError: the ledger is not valid, or could not be written (it
             was left as it was).
     """
-    path = _document.real_path(ledger)
+    path = LedgerPaths.of(ledger).file
     merge_fragments(path)
     removed: list[str] = []
 

@@ -23,19 +23,13 @@ import orjson
 
 from . import _ownership
 from ._atomic import fsync_dir
+from ._paths import LedgerPaths
 from ._store import RecordStore
 
 logger = logging.getLogger(__name__)
 
-SUFFIX = ".journal"
 #: The file is compacted once its journal holds this fraction of the file's size.
 COMPACT_FRACTION = 0.5
-
-
-def journal_path(ledger: str | os.PathLike[str]) -> Path:
-    """``<ledger>.journal`` beside the file the ledger path resolves to (symlinks followed)."""
-    target = Path(os.path.realpath(ledger))
-    return target.with_name(target.name + SUFFIX)
 
 
 def new_generation() -> str:
@@ -55,18 +49,19 @@ def encode(generation: str, updated: float, task_parts: list[bytes],
     return b"%08x " % zlib.crc32(payload) + payload + b"\n"
 
 
-def append(ledger: Path, line: bytes) -> int:
+def append(ledger: Path | LedgerPaths, line: bytes) -> int:
     """Append one line durably (``O_APPEND``, write, ``fsync``; the folder is ``fsync``-ed too
     when the journal is created). Returns the journal's new size in bytes.
 
     An `OSError` (disk full, I/O error) cuts the journal back to its size before the append,
     if it can, and is raised again: the caller compacts next time."""
-    path = journal_path(ledger)
+    paths = LedgerPaths.of(ledger)
+    path = paths.journal
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-                 _ownership.new_file_mode(ledger))  # a private ledger's journal is private
+                 _ownership.new_file_mode(paths.file))  # a private ledger's journal is private
     try:
         st = os.fstat(fd)
-        _ownership.check(path, st, ledger)  # never append to another user's file
+        _ownership.check(path, st, paths.file)  # never append to another user's file
         before = st.st_size
         try:
             view = memoryview(line)
@@ -109,13 +104,14 @@ class Journal:
             doc["updated"] = entry["updated"]
 
 
-def read(ledger: Path, generation: str | None) -> Journal:
+def read(ledger: Path | LedgerPaths, generation: str | None) -> Journal:
     """The journal of ``ledger``: the lines of ``generation`` up to the first line that is torn
     or corrupt (a warning names it; it and the lines after it are ignored). With no
     generation (a version-1 file) no line applies."""
-    path = journal_path(ledger)
+    paths = LedgerPaths.of(ledger)
+    path = paths.journal
     try:
-        data = _ownership.read_bytes(path, ledger)
+        data = _ownership.read_bytes(path, paths.file)
     except FileNotFoundError:
         return Journal()
     found = Journal(size=len(data))
@@ -136,11 +132,12 @@ class JournalRecords:
     lines: int = 0
 
 
-def read_records(ledger: Path, generation: str | None) -> JournalRecords:
+def read_records(ledger: Path | LedgerPaths, generation: str | None) -> JournalRecords:
     """`read`, a line at a time, each line's records kept as their bytes only (a journal of
     10⁶ records held as dicts would take gigabytes). The same lines apply, with the same
     warnings."""
-    path = journal_path(ledger)
+    paths = LedgerPaths.of(ledger)
+    path = paths.journal
     found = JournalRecords()
     if generation is None:
         return found
@@ -149,7 +146,7 @@ def read_records(ledger: Path, generation: str | None) -> JournalRecords:
     except FileNotFoundError:
         return found
     with open(fd, "rb") as f:
-        _ownership.check(path, os.fstat(fd), ledger)
+        _ownership.check(path, os.fstat(fd), paths.file)
         for entry in _entries(path, f, generation):
             for task_id, rec in entry["tasks"].items():
                 found.records.add(task_id, rec)
@@ -214,6 +211,6 @@ def _decode(line: bytes) -> dict[str, Any] | None:
     return entry
 
 
-def remove(ledger: Path) -> None:
+def remove(ledger: Path | LedgerPaths) -> None:
     """Remove the journal (after a whole-file write made it redundant)."""
-    journal_path(ledger).unlink(missing_ok=True)
+    LedgerPaths.of(ledger).journal.unlink(missing_ok=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,11 @@ from filelock import FileLock, Timeout
 from . import _document, _journal, _runs, _storeload, _update
 from ._array._workdir import absorb_fragments, fragment_files
 from ._atomic import remove_stale_tmp, write_error_text
+from ._busy import busy_message, refuse_if_leased
 from ._commit import CLOSE_RETRY, GroupCommit
 from ._errors import DriverBusyError, LedgerWriteError
 from ._exclusive import no_flock
-from ._owner_lease import DriverLease, driver_lock_path
+from ._owner_lease import DriverLease
 from ._status import ACCEPTED, RunStatus
 from ._store import RecordStore
 
@@ -59,12 +61,28 @@ class Ledger(GroupCommit):
                  compact_fraction: float = _journal.COMPACT_FRACTION):
         super().__init__(path, min_interval=min_interval, write_share=write_share,
                          write_retry=write_retry, compact_fraction=compact_fraction)
+        self.run_id = uuid.uuid4().hex[:12]
         # the fast local path: a second driver on this host (or where locks are coherent) is
         # refused at once; the lease is what excludes drivers on other nodes
-        self._driver_lock = FileLock(driver_lock_path(self.path), timeout=0, thread_local=False)
-        self._lease = DriverLease(self.path)
+        self._driver_lock = FileLock(self.paths.driver, timeout=0, thread_local=False)
+        self._lease = DriverLease(self.paths)
 
     # ------------------------------------------------------------------ opening
+    @property
+    def run(self) -> dict[str, Any] | None:
+        """This run's entry in the ledger's ``runs`` list (None unless opened as the driver)."""
+        return _runs.find_run(self.doc, self.run_id)
+
+    def _kept_runs(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        mine = self.run
+        return runs if mine is None else [r for r in runs if r.get("id") != self.run_id] + [mine]
+
+    def _on_give_up(self, error: LedgerWriteError) -> None:
+        run = self.run if self.driver else None
+        if run is not None:  # written if a last try succeeds
+            run["error"] = str(error)
+            self._mark_meta()
+
     @property
     def tasks(self) -> RecordStore:
         """Task id -> record (stored form), a mapping that decodes each record when it is
@@ -96,9 +114,7 @@ class Ledger(GroupCommit):
         if not driver:
             with self._file_lock:
                 if self.path.exists():
-                    doc, self._disk_state = _document.load(self.path)
-                    self._generation = doc.get("generation")  # what it writes is made from
-                    self._adopt(doc)
+                    self._adopt(*_document.load(self.path))  # what it writes is made from
                 else:
                     self._write_locked()
             self._start_writer()
@@ -106,17 +122,18 @@ class Ledger(GroupCommit):
         try:
             self._driver_lock.acquire()
         except Timeout:
-            raise DriverBusyError(_runs.busy_message(self.path)) from None
+            raise DriverBusyError(busy_message(self.paths)) from None
         except (NotImplementedError, OSError) as exc:
             if not no_flock(exc):
                 raise  # no flock on this file system: the lease alone
         try:
             self._lease.acquire()  # DriverBusyError while a live driver holds it, anywhere
-            _runs.refuse_if_leased(self.path)
+            refuse_if_leased(self.paths)
             with self._file_lock:
                 settled = self._load_as_driver(resume)
-                _runs.add_run(self.doc, _runs.new_run(self.run_id, execution))
-                self._meta_dirty = True
+                with self._state:
+                    _runs.add_run(self.doc, _runs.new_run(self.run_id, execution))
+                    self._mark_meta()
                 self._write_or_append_locked()  # not retried: nothing has run yet
                 for fragment in settled:
                     fragment.unlink(missing_ok=True)
@@ -152,13 +169,12 @@ class Ledger(GroupCommit):
         settled = absorb_fragments(doc, self.path)
         if not resume:
             _runs.set_aside(self.path, doc, state)
-            doc = _document.new_document()
-        else:
-            self._dirty.update(_runs.take_over(doc, self.path))
-            self._disk_state, self._file_bytes = state, state.size
-            self._generation = doc.get("generation")
-            self._need_whole = not clean
-        self._adopt(doc)
+            self._adopt(_document.new_document())
+            return settled
+        stale = _runs.take_over(doc, self.path)
+        with self._state:
+            self._adopt(doc, state, whole=not clean)
+            self._mark(stale)
         return settled
 
     # ------------------------------------------------------------------ updates
@@ -175,9 +191,7 @@ class Ledger(GroupCommit):
                              task_id)
                 return False
             tasks[task_id] = record
-            self._dirty.add(task_id)
-            if self._writer_idle:
-                self._wake.notify()
+            self._mark((task_id,))
             return True
 
     def put_many(self, records: Mapping[str, dict[str, Any]]) -> None:
@@ -186,11 +200,12 @@ class Ledger(GroupCommit):
         pairs = records.raw_items() if isinstance(records, RecordStore) else records.items()
         with self._state:
             tasks = self.store
+            changed = []
             for task_id, record in pairs:
                 if tasks.status(task_id) != ACCEPTED:
                     tasks.set_raw(task_id, record)
-                    self._dirty.add(task_id)
-            self._wake.notify()
+                    changed.append(task_id)
+            self._mark(changed)
 
     def order(self, task_ids: list[str]) -> None:
         """Put these tasks first, in this order (the items' order), the others after them."""
@@ -199,8 +214,7 @@ class Ledger(GroupCommit):
             if list(tasks)[:len(task_ids)] == task_ids:
                 return
             tasks.reorder(task_ids)
-            self._meta_dirty = True
-            self._need_whole = True  # the journal cannot say a new order
+            self._mark_meta(whole=True)  # the journal cannot say a new order
 
     def set_run(self, **fields: Any) -> None:
         """Change fields of this run's entry (e.g. ``refused``, ``status``)."""
@@ -210,8 +224,7 @@ class Ledger(GroupCommit):
                 raise RuntimeError(f"ledger {self.path} has no run of this process to change: "
                                    "open it as its driver (open(driver=True)) first")
             run.update(fields)
-            self._meta_dirty = True
-            self._wake.notify()
+            self._mark_meta()
 
     def close(self, status: str | RunStatus) -> None:
         """Finish this run (``finished``, ``interrupted`` ...: a `RunStatus`), flush, stop the

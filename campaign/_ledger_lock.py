@@ -41,6 +41,7 @@ from ._atomic import atomic_write
 from ._exclusive import create_exclusive, describe, gone, identity, no_flock
 from ._owner_lease import CLEANUP_AGE
 from ._ownership import read_object
+from ._paths import LOCK
 from ._signals import block_stop_signals
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class LedgerLock:
     def __init__(self, lock_file: Path, *, timeout: float, poll_interval: float = 0.002):
         self.lock_file = Path(lock_file)
         self.owner = self.lock_file.with_name(self.lock_file.name + ".owner")
-        self.ledger = self.lock_file.with_name(self.lock_file.name.removesuffix(".lock"))
+        self.ledger = self.lock_file.with_name(self.lock_file.name.removesuffix(LOCK))
         self.timeout = timeout
         self.poll_interval = poll_interval
         self._flock = FileLock(self.lock_file, timeout=timeout, thread_local=False,

@@ -37,6 +37,7 @@ from ._atomic import atomic_write
 from ._errors import DriverBusyError, LeaseLostError
 from ._exclusive import alive_here, create_exclusive, describe, gone, identity
 from ._ownership import read_object
+from ._paths import LedgerPaths
 from ._signals import block_stop_signals
 
 logger = logging.getLogger(__name__)
@@ -87,19 +88,14 @@ def free(found: dict[str, Any] | None, st: os.stat_result, seconds: float,
     return not (isinstance(expires, (int, float)) and expires > now)
 
 
-def driver_lock_path(ledger: Path) -> Path:
-    """``<ledger>.driver``: the empty file whose ``flock`` a driver holds for its run, the fast
-    path beside the lease (docs/ledger.md, "The driver's lease")."""
-    return ledger.with_name(ledger.name + ".driver")
-
-
 class DriverLease:
     """The lease ``<ledger>.driver.<n>`` of the process that drives ``ledger`` (module
     docstring). `acquire`, then `check` before each write, then `release`."""
 
-    def __init__(self, ledger: Path, seconds: float | None = None):
-        self.ledger = ledger
-        self.base = ledger.name + ".driver."
+    def __init__(self, ledger: Path | LedgerPaths, seconds: float | None = None):
+        paths = LedgerPaths.of(ledger)
+        self.ledger = paths.file
+        self.base = paths.driver.name + "."
         self.seconds = lease_seconds_default() if seconds is None else float(seconds)
         self.generation: int | None = None
         self.expires = 0.0

@@ -16,9 +16,9 @@ from ._array._workdir import fragment_files, merge_fragments, overlay
 from ._campaign import Campaign, more_refused_message, refused_message
 from ._errors import LedgerError
 from ._items import ItemSelection, PreparedItems
-from ._journal import journal_path
 from ._jsonvalue import changed_fields
 from ._ledger import Ledger
+from ._paths import LedgerPaths
 from ._status import ACCEPTED, PENDING
 from ._store import RecordStore
 from ._storeload import StoreScan
@@ -120,7 +120,7 @@ def nothing_to_run(path: str | os.PathLike[str], prepared: PreparedItems) -> Cam
     if fragment_files(path):
         merge_fragments(path)  # into the file, not only into what is returned
         tasks = _accepted_loaded(path, prepared)
-    elif not journal_path(path).exists():  # the common case, a finished ledger
+    elif not LedgerPaths.of(path).journal.exists():  # the common case, a finished ledger
         tasks = _accepted_scanned(path, prepared)
     else:  # a killed driver's journal: read again whole (a block at a time) to compact it
         tasks = _accepted_loaded(path, prepared) \
@@ -144,7 +144,7 @@ def _accepted_loaded(path: Path, prepared: PreparedItems) -> Mapping[str, Any] |
     for index, tid in enumerate(ids):
         if not prepared.same_item(index, tasks[tid]):
             return None
-    if journal_path(path).exists():
+    if LedgerPaths.of(path).journal.exists():
         _compact(path, doc, state)
     return tasks
 

@@ -18,16 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from . import _document, _update
-from ._array._leases import live_leases
-from ._array._workdir import work_root
 from ._atomic import HOST, atomic_write
-from ._errors import DriverBusyError, LedgerError
+from ._errors import DriverBusyError
 from ._exclusive import process_start
-from ._owner_lease import DriverLease, busy_text
+from ._paths import LedgerPaths
 from ._policy import orphaned
 from ._status import RUNNING, RUNS_LIMIT, RunStatus
 from ._store import RecordStore
-from ._storeload import StoreScan
 
 logger = logging.getLogger(__name__)
 
@@ -89,39 +86,6 @@ def find_run(doc: dict[str, Any], run_id: str) -> dict[str, Any] | None:
     return next((r for r in doc["runs"] if r["id"] == run_id), None)
 
 
-def refuse_if_leased(path: Path) -> None:
-    """Raise `DriverBusyError` while array workers hold unexpired task leases on the ledger."""
-    leases = live_leases(path)
-    if leases:
-        owner = leases[0]["owner"]
-        raise DriverBusyError(
-            f"ledger {path} is in use by {len(leases)} array worker(s) holding "
-            f"task leases (e.g. {owner.get('worker')} on {owner.get('host')}); wait for "
-            "them to finish or cancel their job, then run again")
-
-
-def busy_message(path: Path) -> str:
-    """What `DriverBusyError` says when another driver holds ``<ledger>.driver``: its host and
-    pid, as its lease names them, else as its ``running`` entry in the ledger does."""
-    lease = DriverLease(path)
-    holder = lease.holder()
-    if holder is not None and "pid" in holder:
-        return busy_text(path, holder, lease.seconds)
-    run = None
-    try:
-        scan = StoreScan(path)  # the runs only: the records are not read
-        scan.close()
-        runs = scan.head["runs"]
-        run = next((r for r in reversed(runs) if r.get("status") == RunStatus.RUNNING), None)
-    except LedgerError:
-        pass
-    who = f"pid {run['pid']} on host {run['host']}" if run else "another process"
-    return (
-        f"ledger {path} is in use by a live campaign driver ({who}); wait for it to "
-        "finish, stop it, or pass another ledger_path"
-    )
-
-
 def set_aside(path: Path, doc: dict[str, Any], state: _document.DiskState) -> None:
     """resume=False: keep the old ledger (with its journal merged) beside, with its array
     work folder, under a name that says so."""
@@ -130,8 +94,9 @@ def set_aside(path: Path, doc: dict[str, Any], state: _document.DiskState) -> No
         atomic_write(saved, _document.document_chunks(doc), like=path)
     else:
         os.replace(path, saved)
-    if work_root(path).exists():  # its array fragments go with it
-        os.replace(work_root(path), work_root(saved))
+    work = LedgerPaths.of(path).work
+    if work.exists():  # its array fragments go with it
+        os.replace(work, LedgerPaths.of(saved).work)
     logger.info("resume=False: the old ledger was kept as %s", saved)
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 from . import _journal
 from ._atomic import atomic_write, write_error_text
-from ._document import DiskState, document_chunks, dumps, file_lock, file_state, load, real_path
+from ._document import DiskState, document_chunks, dumps, file_lock, file_state, load
 from ._errors import LedgerWriteError
+from ._paths import LedgerPaths
 
 
 def backup_path(path: Path, why: str) -> Path:
@@ -44,7 +45,7 @@ def remove_stale_backup_tmp(path: str | os.PathLike[str]) -> list[Path]:
 
     from ._atomic import HOST, TMP_MARK, pid_alive
 
-    path = real_path(path)
+    path = LedgerPaths.of(path).file
     mark = f"{TMP_MARK}{HOST}-"
     removed = []
     for why in BACKUP_KINDS:
@@ -74,7 +75,7 @@ def update(
     link stays. A write that fails (disk full, read-only) raises `LedgerWriteError` and leaves
     the file as it was, without a backup.
     """
-    path = real_path(path)
+    path = LedgerPaths.of(path).file
     if locked:
         return _update_locked(path, mutate, backup)
     with file_lock(path):
@@ -113,7 +114,7 @@ def compact(path: str | os.PathLike[str], doc: dict[str, Any], state: DiskState)
     """Write ``doc`` (as `load` read it, with ``state``) as the whole file and remove the
     journal, under the lock; if the ledger changed since it was read, read it again under the
     lock (`update`). Raises `LedgerWriteError` as `update` does."""
-    path = real_path(path)
+    path = LedgerPaths.of(path).file
     with file_lock(path):
         if file_state(path) == state:
             doc["updated"] = time.time()

@@ -7,22 +7,17 @@ the list of tasks for `campaign worker`, the run entry with its job id).
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import _document
-from .._errors import DriverBusyError
+from .._busy import check_free
 from .._items import PreparedItems, prepare_items
 from .._ledger import Ledger
-from .._owner_lease import DriverLease, busy_text, driver_lock_path
 from .._plan import Plan, compare, plan
 from .._status import RunStatus
-from ._leases import live_leases
 from ._workdir import overlay, write_task_list
 
 
@@ -87,7 +82,7 @@ def plan_submission(items: Iterable[Mapping[str, Any]], *, ledger_path: str | Pa
     prepared = prepare_items(items, ignore_fields)
     driver = Ledger(ledger_path)
     path = driver.path
-    _check_free(path)
+    check_free(driver.paths)
     tasks: dict[str, dict[str, Any]] = {}
     if resume and path.exists():
         tasks = overlay(_document.read(path), path)["tasks"]
@@ -95,36 +90,3 @@ def plan_submission(items: Iterable[Mapping[str, Any]], *, ledger_path: str | Pa
         _document.read(path)  # a foreign ledger is refused, even when it would be replaced
     planned, _ = compare(tasks, prepared)
     return PlannedSubmission(driver.run_id, path, planned, resume, prepared, driver)
-
-
-def _check_free(path: Path) -> None:
-    """Refuse, without creating any file, a ledger that a live driver or array workers use."""
-    leases = live_leases(path)
-    if leases:
-        owner = leases[0]["owner"]
-        held = f"{len(leases)} task lease" + ("" if len(leases) == 1 else "s")
-        raise DriverBusyError(
-            f"ledger {path} is in use by array workers holding {held} (e.g. "
-            f"{owner.get('worker')} on {owner.get('host')}); wait for them to finish or cancel "
-            "their job, then submit again")
-    lease = DriverLease(path)
-    holder = lease.holder()  # a driver on any node
-    if holder is not None:
-        raise DriverBusyError(busy_text(path, holder, lease.seconds))
-    try:
-        fd = os.open(driver_lock_path(path), os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP):
-            return  # no flock here: the lease said it all
-        if exc.errno not in (errno.EAGAIN, errno.EACCES):
-            raise
-        raise DriverBusyError(
-            f"ledger {path} is in use by a live campaign driver; wait for it to finish, stop "
-            "it, or pass another ledger_path") from None
-    finally:
-        os.close(fd)  # closing releases the lock
-

@@ -42,14 +42,9 @@ import orjson
 from .. import _ownership, _update
 from .._atomic import HOST, atomic_write
 from .._errors import LedgerError
+from .._paths import WORK, LedgerPaths
 from .._records import fold_superseded, is_folded, merge
 from .._status import ACCEPTED
-
-
-def work_root(ledger: Path) -> Path:
-    """``<ledger>.work`` beside the file the ledger path resolves to (symlinks followed)."""
-    target = Path(os.path.realpath(ledger))
-    return target.with_name(target.name + ".work")
 
 
 def task_key(task_id: str) -> str:
@@ -60,8 +55,8 @@ def task_key(task_id: str) -> str:
 def ledger_of(path: Path) -> Path:
     """The ledger whose ``<ledger>.work/`` holds ``path``."""
     for folder in path.parents:
-        if folder.name.endswith(".work"):
-            return folder.with_name(folder.name[: -len(".work")])
+        if folder.name.endswith(WORK):
+            return folder.with_name(folder.name.removesuffix(WORK))
     raise ValueError(f"{path} is not under a ledger's .work/ folder")
 
 
@@ -77,7 +72,7 @@ def read_json(path: Path) -> Any:
 def checked_root(ledger: Path) -> Path | None:
     """``<ledger>.work/`` once checked to be the ledger owner's (`campaign._ownership`), or None
     where it does not exist."""
-    root = work_root(ledger)
+    root = LedgerPaths.of(ledger).work
     return root if _ownership.check_folder(root, ledger_of(root / "x")) else None
 
 
@@ -96,7 +91,7 @@ def check_submission_id(submission: str) -> None:
 
 def task_list_path(ledger: Path, submission: str) -> Path:
     """The list of task ids that the workers of a submission claim from."""
-    return work_root(ledger) / submission / "tasks.json"
+    return LedgerPaths.of(ledger).work / submission / "tasks.json"
 
 
 def write_task_list(ledger: Path, submission: str, task_ids: list[str]) -> None:
@@ -112,7 +107,7 @@ class WorkDir:
         check_submission_id(submission)
         self.ledger = Path(ledger)
         self.submission = submission
-        root = work_root(self.ledger)
+        root = LedgerPaths.of(self.ledger).work
         self.root = root / submission
         self.leases = root / "leases"  # shared: one holder across submissions
         self.done = self.root / "done"
@@ -312,7 +307,7 @@ def overlay(doc: dict[str, Any], ledger: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------- forget
 def forgets_path(ledger: Path) -> Path:
     """``<ledger>.work/forgets.json``: changed by every ``campaign forget`` (`forgetting`)."""
-    return work_root(ledger) / "forgets.json"
+    return LedgerPaths.of(ledger).work / "forgets.json"
 
 
 def forget_state(ledger: Path) -> bytes | None:
@@ -329,7 +324,7 @@ def forget_state(ledger: Path) -> bytes | None:
 def forgetting(ledger: Path, *, busy: bool) -> None:
     """Note in ``forgets.json`` that a forget begins (``busy``) or has written the ledger; under
     the ledger's lock. Only where ``<ledger>.work/`` exists (no worker without it)."""
-    root = work_root(ledger)
+    root = LedgerPaths.of(ledger).work
     if root.is_dir():
         atomic_write(forgets_path(ledger), orjson.dumps(
             {"busy": busy, "token": secrets.token_hex(8), "at": time.time()}))

@@ -22,10 +22,10 @@ from testkit import PATIENCE, PYTHON, child_env
 
 from campaign import Ledger, checkpointed_map, read_ledger
 from campaign._document import dumps, new_document
-from campaign._update import update
-from campaign._journal import journal_path
 from campaign._jsonvalue import fingerprint
+from campaign._paths import LedgerPaths
 from campaign._records import finished, new_record, started
+from campaign._update import update
 
 DATA = Path(__file__).with_name("ledger_data")
 
@@ -64,15 +64,15 @@ def killed_driver(path: Path, lines: list[list[str]]) -> tuple[bytes, bytes, byt
             rec = led.tasks.get(tid) or new_record(item(tid), fingerprint(item(tid)))
             led.put(tid, outcome(rec))
         led.flush()
-    state = path.read_bytes(), journal_path(path).read_bytes()
+    state = path.read_bytes(), LedgerPaths.of(path).journal.read_bytes()
     led.close("finished")
-    assert not journal_path(path).exists()
+    assert not LedgerPaths.of(path).journal.exists()
     return state[0], state[1], path.read_bytes()
 
 
 def restore(path: Path, file: bytes, journal: bytes) -> None:
     path.write_bytes(file)
-    journal_path(path).write_bytes(journal)
+    LedgerPaths.of(path).journal.write_bytes(journal)
 
 
 def test_each_commit_is_a_journal_line_merged_by_readers(ledger):
@@ -128,7 +128,7 @@ def test_the_next_driver_compacts_a_killed_drivers_journal_and_keeps_its_outcome
                             [item(t) for t in "abc"], ledger_path=ledger)
     assert camp.complete and calls == ["b", "c"]
     doc = orjson.loads(ledger.read_bytes())  # the file alone holds everything
-    assert not journal_path(ledger).exists()
+    assert not LedgerPaths.of(ledger).journal.exists()
     assert [doc["tasks"][t]["status"] for t in "abc"] == ["accepted"] * 3
     assert [r["status"] for r in doc["runs"]] == ["crashed", "finished"]
 
@@ -138,7 +138,7 @@ def test_other_writers_compact_the_journal(ledger):
     restore(ledger, file, journal)
     generation = orjson.loads(file)["generation"]
     update(ledger, lambda doc: doc["tasks"].pop("a"))  # as `campaign forget a` does
-    assert not journal_path(ledger).exists()
+    assert not LedgerPaths.of(ledger).journal.exists()
     doc = orjson.loads(ledger.read_bytes())
     assert list(doc["tasks"]) == ["b"] and doc["tasks"]["b"]["status"] == "accepted"
     assert doc["generation"] != generation
@@ -148,14 +148,14 @@ def test_other_writers_compact_the_journal(ledger):
     other.open(driver=False)
     other.put("e", outcome(new_record(item("e"), fingerprint(item("e")))))
     other.close("finished")
-    assert not journal_path(ledger).exists()
+    assert not LedgerPaths.of(ledger).journal.exists()
     assert set(orjson.loads(ledger.read_bytes())["tasks"]) == {"a", "b", "e"}
 
 
 def test_a_version_1_file_still_loads_and_resumes(tmp_path, caplog):
     path = tmp_path / "old.json"
     shutil.copy(DATA / "ledger-v1.json", path)
-    journal_path(path).write_bytes(b"00000000 {}\n")  # a version-1 file has no journal
+    LedgerPaths.of(path).journal.write_bytes(b"00000000 {}\n")  # a version-1 file has no journal
     doc = read_ledger(path)
     assert doc["version"] == 2 and "generation" not in doc
     assert {t: r["status"] for t, r in doc["tasks"].items()} == {
@@ -169,7 +169,7 @@ def test_a_version_1_file_still_loads_and_resumes(tmp_path, caplog):
     written = orjson.loads(path.read_bytes())
     assert written["version"] == 2 and isinstance(written["generation"], str)
     assert [r["status"] for r in written["runs"]] == ["finished", "finished"]
-    assert not journal_path(path).exists()
+    assert not LedgerPaths.of(path).journal.exists()
 
 
 def test_a_resume_with_tasks_to_run_writes_the_file_once(ledger):
@@ -226,5 +226,5 @@ def test_an_outcome_is_on_disk_before_the_next_whole_file_write_of_a_large_ledge
     camp = checkpointed_map(fn, items + new, ledger_path=ledger)
     assert camp.complete and camp.kept == n and camp.ran == 3
     assert seen == [[str(inode), str(inode), generation, "accepted"]] * 2
-    assert ledger.stat().st_ino != inode and not journal_path(ledger).exists()  # compacted
+    assert ledger.stat().st_ino != inode and not LedgerPaths.of(ledger).journal.exists()  # compacted
     assert read_ledger(ledger)["tasks"]["n2"]["status"] == "accepted"

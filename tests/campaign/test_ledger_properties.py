@@ -26,11 +26,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from campaign import Ledger, checkpointed_map, read_ledger
 from campaign._atomic import HOST
 from campaign._document import dumps, new_document
-from campaign._update import update
-from campaign._journal import journal_path
 from campaign._jsonvalue import fingerprint
+from campaign._paths import LedgerPaths
 from campaign._records import finished, new_record, started
 from campaign._store import RecordStore
+from campaign._update import update
 
 TASKS = ("a", "b", "c", "d")
 outcomes = st.fixed_dictionaries({t: st.sampled_from(["ok", "ok", "fail", "interrupt"])
@@ -88,7 +88,7 @@ class LedgerMachine(RuleBasedStateMachine):
                                     retries=retries, commit_interval=0.0)
         except KeyboardInterrupt:
             camp = None
-        assert not journal_path(self.path).exists(), "a run that ended left its journal"
+        assert not LedgerPaths.of(self.path).journal.exists(), "a run that ended left its journal"
         after = self.tasks()
         for tid in calls:
             assert tid not in self.accepted, f"{tid} ran again after it was accepted"
@@ -153,7 +153,7 @@ class LedgerMachine(RuleBasedStateMachine):
                 if status == "accepted" else {"type": "E", "message": "planned"}))
             driver.flush()
         file = self.path.read_bytes()
-        journal = journal_path(self.path)
+        journal = LedgerPaths.of(self.path).journal
         lines = journal.read_bytes() if journal.exists() else b""
         driver.close("finished")  # what a compaction writes
         compacted = self.path.read_bytes()

@@ -15,9 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from campaign import Ledger, _document, _journal, _runs, _storeload, checkpointed_map
-from campaign._array._workdir import absorb_fragments, work_root
+from campaign._array._workdir import absorb_fragments
 from campaign._errors import LedgerError
 from campaign._jsonvalue import fingerprint
+from campaign._paths import LedgerPaths
 from campaign._records import finished, new_record, started
 from campaign._store import RecordStore
 
@@ -84,9 +85,9 @@ def write_ledger(path: Path, spec) -> None:
     elif tail == "corrupt":
         journal += b"00000000 {}\n"
     if journal:
-        _journal.journal_path(path).write_bytes(journal)
+        LedgerPaths.of(path).journal.write_bytes(journal)
     for k, recs in enumerate(fragments):
-        folder = work_root(path) / "sub" / "fragments"
+        folder = LedgerPaths.of(path).work / "sub" / "fragments"
         folder.mkdir(parents=True, exist_ok=True)
         body = {t: record(t, s, 200 + k, attempts=a) for t, s, a in recs}
         (folder / f"{k:04d}-w.json").write_bytes(orjson.dumps({"owner": {}, "records": body}))
@@ -185,7 +186,7 @@ def test_a_resume_after_a_kill_runs_exactly_the_tasks_not_accepted(folder, monke
     assert {t: after[t] for t in before if t not in todo} == \
         {t: rec for t, rec in before.items() if t not in todo}
     assert after["t3"]["interruptions"] == before["t3"]["interruptions"] + 1  # taken over
-    assert not _journal.journal_path(path).exists()
+    assert not LedgerPaths.of(path).journal.exists()
     assert camp.complete
 
 
@@ -207,7 +208,7 @@ def test_an_invalid_record_in_a_late_block_is_refused_as_the_whole_load_refuses_
         path.write_bytes(orjson.dumps(doc))
     else:
         generation = _document.read(path)["generation"]
-        _journal.journal_path(path).write_bytes(
+        LedgerPaths.of(path).journal.write_bytes(
             _journal.encode(generation, 3.0, [part("t2", record("t2", "running", 2)),
                                               part("t18", bad)]))
     with pytest.raises(LedgerError) as whole:
@@ -248,10 +249,10 @@ def test_nothing_to_run_compacts_a_journal_read_a_block_at_a_time(folder, monkey
     items = [whole["tasks"][f"t{i}"]["item"] for i in range(12)]
     camp = nothing_to_run(path, prepare_items(items))
     assert camp is not None and camp.kept == 12
-    assert not _journal.journal_path(path).exists()
+    assert not LedgerPaths.of(path).journal.exists()
     after = orjson.loads(path.read_bytes())  # the file alone holds everything
     assert decoded(after["tasks"]) == decoded(whole["tasks"])
     assert after["runs"] == whole["runs"]
     write_ledger(path, (file_recs, [(fixes[1:], True, False)], [], "", False))
     assert nothing_to_run(path, prepare_items(items)) is None
-    assert _journal.journal_path(path).exists()  # nothing written
+    assert LedgerPaths.of(path).journal.exists()  # nothing written

@@ -17,7 +17,8 @@ from testkit import PYTHON, ROOT, child_env, wait_until
 
 from campaign import checkpointed_map, read_ledger
 from campaign._array._plan import plan_submission
-from campaign._array._workdir import WorkDir, task_key, work_root
+from campaign._array._workdir import WorkDir, task_key
+from campaign._paths import LedgerPaths
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 
@@ -70,7 +71,7 @@ def marks(tmp_path: Path) -> Path:
 def test_a_forgotten_task_stays_forgotten_and_a_resubmission_runs_it(tmp_path, marks):
     ledger = tmp_path / "ledger.json"
     run_array(tmp_path, items_for(marks, 6))
-    work = work_root(ledger)
+    work = LedgerPaths.of(ledger).work
     key = task_key("t03")
     assert (work / "accepted" / key).exists()  # what a forget must clear
 
@@ -97,7 +98,7 @@ def test_the_worker_runs_the_fixed_item_after_a_forget(tmp_path, marks):
     ledger = tmp_path / "ledger.json"
     run_array(tmp_path, items_for(marks, 4, t02={"fail": True}))
     assert read_ledger(ledger)["tasks"]["t02"]["status"] == "failed"
-    assert (work_root(ledger) / "latest" / f"{task_key('t02')}.json").exists()
+    assert (LedgerPaths.of(ledger).work / "latest" / f"{task_key('t02')}.json").exists()
 
     proc = campaign("forget", "ledger.json", "--status", "failed", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -130,7 +131,7 @@ def test_a_task_an_array_worker_runs_now_is_refused(tmp_path, marks):
         assert f"task {held!r} is running now" in refused.stderr
         assert "901_0" in refused.stderr and "nothing was forgotten" in refused.stderr
         assert ledger.read_bytes() == before
-        assert (work_root(ledger) / "leases" / f"{task_key(held)}.json").exists()
+        assert (LedgerPaths.of(ledger).work / "leases" / f"{task_key(held)}.json").exists()
         assert not list(tmp_path.glob("ledger.before-forget-*"))
     finally:
         proc.terminate()

@@ -22,8 +22,9 @@ import pytest
 from testkit import PYTHON, child_env, require
 
 from campaign import LedgerError, checkpointed_map, read_ledger
-from campaign._array._workdir import task_key, work_root
-from campaign._journal import encode, journal_path
+from campaign._array._workdir import task_key
+from campaign._journal import encode
+from campaign._paths import LedgerPaths
 
 STRANGER = "diffsoup-stranger"
 SHARE = "diffsoup-share"
@@ -111,7 +112,7 @@ def forged_record(ledger: Path) -> tuple[str, bytes]:
 def test_a_planted_journal_is_refused(scratch):
     before = scratch.read_bytes()
     generation, part = forged_record(scratch)
-    planted = journal_path(scratch)
+    planted = LedgerPaths.of(scratch).journal
     plant(encode(generation, time.time(), [part]), planted)
     assert_refused(scratch, planted, before, journal=True)
 
@@ -119,7 +120,7 @@ def test_a_planted_journal_is_refused(scratch):
 def test_a_planted_work_folder_is_refused(scratch):
     before = scratch.read_bytes()
     _, part = forged_record(scratch)
-    root = work_root(scratch)
+    root = LedgerPaths.of(scratch).work
     as_stranger("mkdir", "-p", str(root / "s1" / "fragments"))
     fragment = b'{"owner": {}, "records": {' + part + b"}}"
     plant(fragment, root / "s1" / "fragments" / "1-w-1-1-x.json")
@@ -129,7 +130,7 @@ def test_a_planted_work_folder_is_refused(scratch):
 def test_a_fragment_and_a_lease_in_folders_left_open_are_refused(scratch):
     before = scratch.read_bytes()
     _, part = forged_record(scratch)
-    root = work_root(scratch)
+    root = LedgerPaths.of(scratch).work
     fragments = root / "s1" / "fragments"
     fragments.mkdir(parents=True)
     root.chmod(0o755)  # as folders were made before they were private
@@ -178,12 +179,12 @@ def test_work_folders_are_private_and_journals_follow_the_ledger(scratch):
 
     items = [{"task_id": t, "x": i + 1} for i, t in enumerate("abcz")]
     plan_submission(items, ledger_path=scratch).record()  # creates runs.json.work/<id>/
-    root = work_root(scratch)
+    root = LedgerPaths.of(scratch).work
     folders = [root, *[p for p in root.rglob("*") if p.is_dir()]]
     assert folders and all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in folders), [
         (p, oct(p.stat().st_mode)) for p in folders]
     assert stat.S_IMODE(scratch.stat().st_mode) == 0o600
-    journal = journal_path(scratch)
+    journal = LedgerPaths.of(scratch).journal
     journal.unlink(missing_ok=True)
 
     def slow(item):

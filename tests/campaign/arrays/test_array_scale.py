@@ -22,8 +22,9 @@ from testkit import PYTHON, child_env, wait_until
 
 from campaign import read_ledger
 from campaign._array._plan import plan_submission
-from campaign._array._workdir import fragment_files, merge_fragments, work_root
+from campaign._array._workdir import fragment_files, merge_fragments
 from campaign._array._worker import run_worker
+from campaign._paths import LedgerPaths
 
 CLAIMERS = 20
 TASKS = 2000
@@ -187,4 +188,4 @@ def test_a_fragment_merged_away_before_its_write_returns_does_not_stop_the_worke
     assert (summary.ran, summary.accepted) == (5, 5) and sorted(ran) == sorted(set(ran))
     tasks = read_ledger(ledger)["tasks"]
     assert {(rec["status"], rec["attempts"]) for rec in tasks.values()} == {("accepted", 1)}
-    assert not list(work_root(ledger).glob("leases/*.json"))  # every lease released
+    assert not list(LedgerPaths.of(ledger).work.glob("leases/*.json"))  # every lease released

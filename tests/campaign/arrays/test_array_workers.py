@@ -19,7 +19,8 @@ from testkit import PYTHON, ROOT, child_env, wait_until
 
 from campaign import read_ledger
 from campaign._array._plan import plan_submission
-from campaign._array._workdir import merge_fragments, work_root
+from campaign._array._workdir import merge_fragments
+from campaign._paths import LedgerPaths
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 
@@ -60,7 +61,8 @@ def began_a_task(marks: Path, worker: str = "") -> list[Path]:
 
 def lease_of(ledger: Path, worker: str) -> dict:
     """The lease a worker holds (exactly one)."""
-    leases = [orjson.loads(p.read_bytes()) for p in work_root(ledger).glob("leases/*.json")]
+    folder = LedgerPaths.of(ledger).work / "leases"
+    leases = [orjson.loads(p.read_bytes()) for p in folder.glob("*.json")]
     (held,) = [lease for lease in leases if lease["owner"]["worker"] == worker]
     return held
 
@@ -82,7 +84,7 @@ def test_three_workers_share_a_submission(tmp_path):
     assert all(len(runs[tid]) == 1 for tid in tasks)  # each task ran once, in one element
     workers = {rec["worker"] for rec in tasks.values()}
     assert workers == {"777_0", "777_1", "777_2"}
-    assert not list(work_root(ledger).glob("leases/*.json"))  # every lease released
+    assert not list(LedgerPaths.of(ledger).work.glob("leases/*.json"))  # every lease released
     assert merge_fragments(ledger) == 0  # everything already merged
 
 
@@ -121,7 +123,7 @@ def test_a_signal_releases_the_running_task_as_interrupted(tmp_path, signum):
     tasks = read_ledger(ledger)["tasks"]
     assert tasks[held]["status"] == "interrupted"
     assert signal.Signals(signum).name in tasks[held]["error"]["message"]
-    assert not list(work_root(ledger).glob("leases/*.json"))  # released at once
+    assert not list(LedgerPaths.of(ledger).work.glob("leases/*.json"))  # released at once
     finish([start_worker(spec, sid, 1)])
     tasks = read_ledger(ledger)["tasks"]
     assert all(rec["status"] == "accepted" for rec in tasks.values())

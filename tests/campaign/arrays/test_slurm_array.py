@@ -18,7 +18,7 @@ import pytest
 from testkit import PATIENCE, PYTHON, ROOT, child_env, require, wait_until
 
 from campaign import SubmitError, read_ledger, submit_array
-from campaign._array._workdir import work_root
+from campaign._paths import LedgerPaths
 from schedulers import slurm
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
@@ -114,7 +114,8 @@ def wait_for_element(marks: Path, element: str) -> int:
 
 def lease_of(ledger: Path, worker: str) -> dict:
     """The lease an array element holds (exactly one)."""
-    leases = [orjson.loads(p.read_bytes()) for p in work_root(ledger).glob("leases/*.json")]
+    folder = LedgerPaths.of(ledger).work / "leases"
+    leases = [orjson.loads(p.read_bytes()) for p in folder.glob("*.json")]
     (held,) = [lease for lease in leases if lease["owner"]["worker"] == worker]
     return held
 

@@ -24,7 +24,7 @@ from cli_data.cli_helpers import (
 )
 from testkit import PATIENCE, ROOT, require, wait_until
 
-from campaign._array._workdir import work_root
+from campaign._paths import LedgerPaths
 from schedulers import slurm
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
@@ -96,7 +96,7 @@ def test_an_invalid_partition_writes_nothing(tmp_path):
                     cwd=tmp_path)
     assert proc.returncode == 2 and "sbatch failed" in proc.stderr, proc.stderr
     assert tree(tmp_path) == before and not ledger.exists()
-    assert not work_root(ledger).exists() and not (tmp_path / "slurm-logs").exists()
+    assert not LedgerPaths.of(ledger).work.exists() and not (tmp_path / "slurm-logs").exists()
 
 
 @pytest.mark.slow

@@ -95,6 +95,7 @@ def test_scan_merges_the_journal(tmp_path):
     """Lines of the file's generation replace records and add new ones (after the others);
     a line of another generation is skipped, as `campaign.read_ledger` does."""
     from campaign import _journal, read_ledger
+    from campaign._paths import LedgerPaths
 
     ledger = _small_ledger(tmp_path, 500)
     doc = read_ledger(ledger)
@@ -105,7 +106,7 @@ def test_scan_merges_the_journal(tmp_path):
     lines = [_journal.encode(gen, time.time(), [json.dumps({ids[7]: changed})[1:-1].encode()]),
              _journal.encode("0" * 16, time.time(), [json.dumps({ids[8]: changed})[1:-1].encode()]),
              _journal.encode(gen, time.time() + 1, [json.dumps({"extra": new})[1:-1].encode()])]
-    _journal.journal_path(ledger).write_bytes(b"".join(lines))
+    LedgerPaths.of(ledger).journal.write_bytes(b"".join(lines))
     merged = read_ledger(ledger)
     assert merged["tasks"][ids[7]]["status"] == "pending" and "extra" in merged["tasks"]
     head, tasks, _ = _scanned(ledger, block=8 << 10)

@@ -16,6 +16,7 @@ from test_cli_status_large import load_benchmark
 from campaign import _document, _journal, _records, read_ledger
 from campaign._errors import LedgerError
 from campaign._overlay import scan_columns
+from campaign._paths import LedgerPaths
 from campaign._schema import COLUMNS, record_problem
 from campaign._status import Status
 from campaign._typed import Record, StatusName
@@ -94,7 +95,7 @@ def test_journal_and_fragments_give_the_plain_scan_columns(tmp_path):
     changed = dict(doc["tasks"][ids[700]], status="pending", attempts=0)
     line = _journal.encode(doc["generation"], time.time(),
                            [json.dumps({ids[700]: changed})[1:-1].encode()])
-    _journal.journal_path(ledger).write_bytes(line)
+    LedgerPaths.of(ledger).journal.write_bytes(line)
     pending = next(t for t in ids[1000:] if doc["tasks"][t]["status"] == "pending")
     rec = _records.started(doc["tasks"][pending], host="n1", pid=1, worker="9_1",
                            device_group=None, at=time.time())

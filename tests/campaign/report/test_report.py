@@ -24,7 +24,7 @@ from testkit import PYTHON, ROOT, child_env, require, wait_until
 
 from campaign import LedgerError, checkpointed_map, read_ledger, write_report
 from campaign._array._plan import plan_submission
-from campaign._array._workdir import work_root
+from campaign._paths import LedgerPaths
 
 DATA = Path(__file__).with_name("report_data")
 #: Waits (in the page) until bokeh has built and finished a view of every root, then describes
@@ -193,7 +193,7 @@ def test_job_array_with_unmerged_fragments(tmp_path):
         facts = wait_until(holding, "the array element to end 6 tasks and hold the 7th")
         on_disk = read_ledger(ledger)["tasks"]  # the ledger file alone: fragments not merged
         assert sum(r["status"] == "accepted" for r in on_disk.values()) < 5
-        assert list(work_root(ledger).glob("*/fragments/*.json"))
+        assert list(LedgerPaths.of(ledger).work.glob("*/fragments/*.json"))
         page = tmp_path / "array.html"
         out = report(ledger, page)
         html = page_source(page)
