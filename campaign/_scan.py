@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -72,7 +72,9 @@ class Scan:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
         self._whole: dict[str, Any] | None = None
         self._rest = b""
-        self._journal: dict[str, Any] = {}
+        #: the journal's newest record of each task: dicts here, bytes decoded on use in
+        #: `campaign._storeload.StoreScan`
+        self._journal: Mapping[str, Any] = {}
         self._seen: set[str] = set()
         #: Whether the file was read whole by `campaign._document.read` (not in the writer's
         #: layout, or it read cut short or garbled: see `campaign._stale`).
@@ -99,12 +101,13 @@ class Scan:
         st, now = os.fstat(self._file.fileno()), os.stat(self.path)
         if not _document.same_file(now, st):
             return False
-        self._journal = {}
+        records: dict[str, Any] = {}
         for entry in journal.entries:
-            self._journal.update(entry["tasks"])
+            records.update(entry["tasks"])
             if "runs" in entry:
                 self.head["runs"] = entry["runs"]
             self.head["updated"] = entry["updated"]
+        self._journal = records
         if journal.entries:
             _document.check(dict(self.head, tasks={}), self.path)
         return True

@@ -45,7 +45,7 @@ class StoreScan(Scan):
         if not _document.same_file(now, st):
             return False
         self.journal_records = journal.records
-        self._journal = journal.records  # type: ignore[assignment]  # a mapping, decoded on use
+        self._journal = journal.records  # a mapping, decoded on use
         if journal.runs is not None:
             self.head["runs"] = journal.runs
         if journal.updated is not None:
