@@ -117,8 +117,7 @@ class DaskScheduler(Scheduler):
                 config = OWN_CLUSTER_CONFIG if self.dashboard else {**OWN_CLUSTER_CONFIG,
                                                                      **NO_HTTP_CONFIG}
                 with dask.config.set(config):
-                    cluster = embedded_cluster(self.workers, self.groups, self.security,
-                                               self.dashboard)
+                    cluster = self._embedded_cluster()
                     self._owned.append(cluster)
                     self.client = Client(cluster, security=cluster.security)
                 threading.Thread(target=keep_workers,
@@ -138,6 +137,12 @@ class DaskScheduler(Scheduler):
         self.client.subscribe_topic(self._topic, self._on_start)
         self._monitor = threading.Thread(target=self._watch, name="dask-monitor", daemon=True)
         self._monitor.start()
+
+    def _embedded_cluster(self) -> Any:
+        """The cluster this scheduler starts and owns when given neither a client nor an
+        address: local worker processes here (`_cluster.embedded_cluster`); the Slurm backend
+        starts worker jobs instead (`schedulers.slurm.SlurmScheduler`)."""
+        return embedded_cluster(self.workers, self.groups, self.security, self.dashboard)
 
     def stop(self) -> None:
         self._stopping = True

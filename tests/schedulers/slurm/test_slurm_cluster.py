@@ -58,6 +58,26 @@ def slurm(tmp_path):
             "start_timeout": 120, "job_name": f"test-{os.getpid()}-{tmp_path.name}"}
 
 
+def test_execution_slurm_starts_its_own_cluster_never_local_workers(monkeypatch):
+    """`DaskScheduler.start` builds the cluster it owns through the method the Slurm backend
+    overrides: a Slurm scheduler asks Slurm for worker jobs, never starts local workers (whose
+    tasks would complete as well, on the wrong machine)."""
+    class Asked(Exception):
+        pass
+
+    asked = []
+
+    def slurm_cluster(self):
+        asked.append(self)
+        raise Asked
+
+    monkeypatch.setattr(SlurmScheduler, "_embedded_cluster", slurm_cluster)
+    scheduler = SlurmScheduler(memory="1GB")
+    with pytest.raises(Asked):
+        scheduler.start(lambda item: item, lambda *event: None)
+    assert asked == [scheduler]
+
+
 def test_the_worker_job_script_says_what_each_option_does(tmp_path):
     scheduler = SlurmScheduler(partition="gpu", account="proj42", walltime="02:00:00",
                                cores=8, processes=2, memory="32GB", gpus_per_job=2,
