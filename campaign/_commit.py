@@ -17,10 +17,9 @@ writes keep failing the ledger gives up: `writable`, `flush` and `close` raise
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -49,21 +48,34 @@ APPEND_PAUSE_MAX = 0.5
 
 
 class GroupCommit:
-    """A ledger document held in memory and written to ``path`` by group commit (see the
-    module's docstring); `campaign.Ledger` adds the driver's run and the way records change.
+    """A ledger document held in memory and written to its file by group commit (see the
+    module's docstring); `campaign.Ledger` holds one and adds its run and the way records change.
+    What changed reaches the writer through `mark` and `mark_meta` (under `mutex`), a document
+    read from disk through `adopt`, and nothing else of the writer's state is set from outside;
+    the runs list is its holder's (the hooks below).
 
-    What changed reaches the writer through `_mark` and `_mark_meta` (under ``_state``), a
-    document read from disk through `_adopt`; the runs list is the subclass's (`_kept_runs`,
-    `_on_give_up`): nothing else of the writer's state is set from outside this class.
-
-    Args: as `campaign.Ledger`'s.
+    Args:
+        paths: the ledger's files.
+        before_write: called before every write, under ``<ledger>.lock``; raises to write
+            nothing (a driver whose lease was taken over).
+        kept_runs: the runs list to hold after merging a file another process wrote, given
+            that file's (`campaign.Ledger` keeps its own run's entry as it holds it).
+        on_give_up: called (under `mutex`) with the error once the writes failed for good;
+            `campaign.Ledger` notes it in its run, written if a last try succeeds.
+        min_interval, write_share, write_retry, compact_fraction: as `campaign.Ledger`'s.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, min_interval: float = 0.1,
+    def __init__(self, paths: LedgerPaths, *, min_interval: float = 0.1,
                  write_share: float = 0.1, write_retry: float | None = None,
-                 compact_fraction: float = _journal.COMPACT_FRACTION):
-        self.paths = LedgerPaths.of(path)  # every file of the ledger, named once
-        self.path = self.paths.file
+                 compact_fraction: float = _journal.COMPACT_FRACTION,
+                 before_write: Callable[[], None] = lambda: None,
+                 kept_runs: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = lambda r: r,
+                 on_give_up: Callable[[LedgerWriteError], None] = lambda error: None):
+        self.paths = paths
+        self.path = paths.file
+        self._before_write = before_write
+        self._kept_runs = kept_runs
+        self._on_give_up = on_give_up
         self.write_retry = write_retry_default() if write_retry is None else float(write_retry)
         if not self.write_retry >= 0:
             raise ValueError(f"write_retry must be >= 0 seconds, got {write_retry!r}")
@@ -71,16 +83,16 @@ class GroupCommit:
         self.write_share = write_share
         self.compact_fraction = compact_fraction
         self.doc: dict[str, Any] = {}
-        self._adopt(_document.new_document())
+        self.adopt(_document.new_document())
         self.driver = True
         self.bytes_written = 0
         self.commits = 0  # writes: whole-file writes (compactions) and journal appends
         self.compactions = 0
         self.merges = 0
-        self._state = threading.Lock()
+        self.mutex = threading.Lock()
         self._commit_mutex = threading.Lock()
-        self._wake = threading.Condition(self._state)
-        self._written = threading.Condition(self._state)  # a failing episode ended
+        self._wake = threading.Condition(self.mutex)
+        self._written = threading.Condition(self.mutex)  # a failing episode ended
         self._dirty: set[str] = set()
         #: what this process wrote, kept in a merge unless the process that replaced the file
         #: had read it (`_merge_from_disk`)
@@ -95,12 +107,12 @@ class GroupCommit:
         self._file_bytes = 0
         self._journal_bytes = 0
         self._compact_after = 0.0  # monotonic: no compaction before, unless one is needed
-        self._file_lock = _document.file_lock(self.paths)
+        self.file_lock = _document.file_lock(self.paths)
         self._writer: threading.Thread | None = None
         self._failures = WriteFailures(self.path, self.write_retry)
         self._gave_up: LedgerWriteError | None = None
 
-    def _adopt(self, doc: dict[str, Any], state: _document.DiskState | None = None, *,
+    def adopt(self, doc: dict[str, Any], state: _document.DiskState | None = None, *,
                whole: bool = True) -> None:
         """Hold ``doc`` as this ledger's document, its records in a `RecordStore`. ``state``:
         the file's `DiskState` when ``doc`` was read from it (its generation is what the next
@@ -113,27 +125,18 @@ class GroupCommit:
             self._generation = doc.get("generation")
             self._need_whole = whole
 
-    def _mark(self, task_ids: Iterable[str]) -> None:
-        """These records changed: the next commit writes them. The caller holds ``_state``."""
+    def mark(self, task_ids: Iterable[str]) -> None:
+        """These records changed: the next commit writes them. The caller holds `mutex`."""
         self._dirty.update(task_ids)
         if self._writer_idle:
             self._wake.notify()
 
-    def _mark_meta(self, *, whole: bool = False) -> None:
+    def mark_meta(self, *, whole: bool = False) -> None:
         """The head (the runs, the order) changed; ``whole``: the next commit rewrites the
-        whole file (a journal line cannot say it). The caller holds ``_state``."""
+        whole file (a journal line cannot say it). The caller holds `mutex`."""
         self._meta_dirty = True
         self._need_whole = self._need_whole or whole
         self._wake.notify()
-
-    def _kept_runs(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The runs list to hold after merging a file another process wrote, whose list is
-        ``runs`` (`campaign.Ledger` keeps its own run's entry as it holds it)."""
-        return runs
-
-    def _on_give_up(self, error: LedgerWriteError) -> None:
-        """The writes failed for good (the caller holds ``_state``): `campaign.Ledger` notes
-        it in its run, written if a last try succeeds."""
 
     @property
     def store(self) -> RecordStore:
@@ -152,15 +155,15 @@ class GroupCommit:
             raise self._gave_up
         return self._failures.since is None
 
-    def _start_writer(self) -> None:
+    def start(self) -> None:
         self._writer = threading.Thread(target=self._write_loop, name="ledger-writer", daemon=True)
         self._writer.start()
 
-    def _stop_writer(self, cap: float | None) -> None:
+    def stop(self, cap: float | None) -> None:
         """Stop the writer thread and make the last commit, the whole file written (retried
         until ``cap``, a monotonic time, or without end when None); raises `LedgerWriteError`
         if the ledger gave up, after one more try."""
-        with self._state:
+        with self.mutex:
             self._closing = True
             self._need_whole = True  # at the end, the file alone holds everything
             self._wake.notify()
@@ -176,7 +179,7 @@ class GroupCommit:
     def _write_loop(self) -> None:
         block_stop_signals()
         while True:
-            with self._state:
+            with self.mutex:
                 while not (self._dirty or self._meta_dirty or self._closing):
                     self._writer_idle = True
                     # a driver always looks: its commits may all have come by `flush`, with
@@ -203,7 +206,7 @@ class GroupCommit:
                 raise self._gave_up
             if self._attempt():
                 return
-            with self._state:
+            with self.mutex:
                 if self._gave_up is None:
                     now = time.monotonic()
                     if cap is not None and self._next_commit > cap:
@@ -221,7 +224,7 @@ class GroupCommit:
                 self._failed(exc)
             return False
         if self._failures.since is not None:
-            with self._state:
+            with self.mutex:
                 spent = self._failures.ended(time.monotonic())
                 self._written.notify_all()
             logger.warning("ledger %s was written again after %.0f s of failed writes; new "
@@ -230,7 +233,7 @@ class GroupCommit:
 
     def _failed(self, exc: BaseException) -> None:
         now = time.monotonic()
-        with self._state:
+        with self.mutex:
             first = self._failures.since is None
             retry = self._failures.failed(exc, now)
             if retry is None:
@@ -246,7 +249,7 @@ class GroupCommit:
             logger.debug("writing ledger %s failed again (%s)", self.path, what)
 
     def _give_up(self, now: float) -> None:
-        """Stop retrying (the caller holds ``_state``): the error every later call raises."""
+        """Stop retrying (the caller holds `mutex`): the error every later call raises."""
         self._gave_up = self._failures.error(now)
         self._on_give_up(self._gave_up)
         self._written.notify_all()
@@ -255,12 +258,12 @@ class GroupCommit:
     def _commit(self) -> None:
         with self._commit_mutex:
             begun = time.monotonic()
-            with self._file_lock:
-                with self._state:
+            with self.file_lock:
+                with self.mutex:
                     owed = self._need_whole and self._journal_bytes  # a compaction is owed
                     if not (self._dirty or self._meta_dirty or owed):
                         return
-                whole = self._write_or_append_locked()
+                whole = self.commit_locked()
             now = time.monotonic()
             spent = now - begun
             rest = spent * (1 - self.write_share) / self.write_share
@@ -273,11 +276,7 @@ class GroupCommit:
                 pause = max(self.min_interval, min(rest, APPEND_PAUSE_MAX))
             self._next_commit = now + pause
 
-    def _before_write(self) -> None:
-        """Called before every write, under ``<ledger>.lock``: raise to write nothing (a driver
-        whose lease was taken over, `campaign.Ledger`)."""
-
-    def _write_or_append_locked(self) -> bool:
+    def commit_locked(self) -> bool:
         """Append the changes to the journal, or write the whole file when that is due (see
         the module's docstring). The caller holds ``<ledger>.lock``. True if the whole file
         was written."""
@@ -285,17 +284,17 @@ class GroupCommit:
         generation = self._generation
         if self.driver and generation is not None \
                 and _document.file_state(self.paths) == self._disk_state:
-            with self._state:
+            with self.mutex:
                 line, taken, meta = self._journal_line(generation)
             if line is not None:
                 self._append(line, taken, meta)
                 return False
-        self._write_locked()
+        self.rewrite_locked()
         return True
 
     def _journal_line(self, generation: str) -> tuple[bytes | None, set[str], bool]:
         """The journal line of the changes to the file of ``generation`` (the caller holds
-        ``_state``), or None when the whole file is to be written (a compaction is due or
+        `mutex`), or None when the whole file is to be written (a compaction is due or
         needed)."""
         if self._need_whole:
             return None, set(), False
@@ -318,7 +317,7 @@ class GroupCommit:
         try:
             size = _journal.append(self.paths, line)
         except BaseException:
-            with self._state:
+            with self.mutex:
                 self._dirty |= taken
                 self._meta_dirty = self._meta_dirty or meta
                 self._need_whole = True  # never append after a line that may be cut short
@@ -330,10 +329,10 @@ class GroupCommit:
         self.bytes_written += len(line)
         self.commits += 1
 
-    def _write_locked(self) -> None:
+    def rewrite_locked(self) -> None:
         """Merge foreign changes and write the whole file with a new generation, then remove
         the journal; the caller holds ``<ledger>.lock``."""
-        with self._state:
+        with self.mutex:
             if self._disk_state is not None \
                     and _document.file_state(self.paths) != self._disk_state:
                 self._merge_from_disk()
@@ -352,7 +351,7 @@ class GroupCommit:
             st = atomic_write(self.path, whole_file(head, records))
             _journal.remove(self.paths)  # after the replacement: see docs/ledger.md
         except BaseException:
-            with self._state:
+            with self.mutex:
                 self._dirty |= taken
                 self._meta_dirty = self._meta_dirty or meta
                 self._need_whole = True
@@ -387,7 +386,7 @@ class GroupCommit:
             if tid in ours:
                 tasks[tid] = newer(tasks.get(tid), ours[tid])
         disk["runs"] = self._kept_runs(disk["runs"])
-        self._adopt(disk)
+        self.adopt(disk)
         self._dirty.update(unseen)  # to write again: the file holds them no more
         if isinstance(disk.get("generation"), str):  # what the next file is made from
             self._generation, self._disk_state = disk["generation"], state

@@ -28,6 +28,7 @@ from ._commit import CLOSE_RETRY, GroupCommit
 from ._errors import DriverBusyError, LedgerWriteError
 from ._exclusive import no_flock
 from ._owner_lease import DriverLease
+from ._paths import LedgerPaths
 from ._status import ACCEPTED, RunStatus
 from ._store import RecordStore
 
@@ -36,7 +37,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["CLOSE_RETRY", "Ledger"]
 
 
-class Ledger(GroupCommit):
+class Ledger:
     """A campaign's ledger as its driver holds it. Use `open`, then `put`/`flush`, then `close`.
 
     Args:
@@ -59,15 +60,49 @@ class Ledger(GroupCommit):
     def __init__(self, path: str | os.PathLike[str], *, min_interval: float = 0.1,
                  write_share: float = 0.1, write_retry: float | None = None,
                  compact_fraction: float = _journal.COMPACT_FRACTION):
-        super().__init__(path, min_interval=min_interval, write_share=write_share,
-                         write_retry=write_retry, compact_fraction=compact_fraction)
+        self.paths = LedgerPaths.of(path)  # every file of the ledger, named once
+        self.path = self.paths.file
         self.run_id = uuid.uuid4().hex[:12]
+        self.driver = True
+        self._commit = GroupCommit(self.paths, min_interval=min_interval,
+                                   write_share=write_share, write_retry=write_retry,
+                                   compact_fraction=compact_fraction,
+                                   before_write=self._before_write, kept_runs=self._kept_runs,
+                                   on_give_up=self._on_give_up)
         # the fast local path: a second driver on this host (or where locks are coherent) is
         # refused at once; the lease is what excludes drivers on other nodes
         self._driver_lock = FileLock(self.paths.driver, timeout=0, thread_local=False)
         self._lease = DriverLease(self.paths)
 
-    # ------------------------------------------------------------------ opening
+    # ------------------------------------------------------------------ what it holds
+    @property
+    def doc(self) -> dict[str, Any]:
+        """The ledger's document as this process holds it (``tasks`` a `RecordStore`)."""
+        return self._commit.doc
+
+    @property
+    def store(self) -> RecordStore:
+        """Task id -> record (stored form), held compactly (`campaign._store`)."""
+        return self._commit.store
+
+    @property
+    def commits(self) -> int:
+        """Writes so far: whole-file writes (compactions) and journal appends."""
+        return self._commit.commits
+
+    @property
+    def bytes_written(self) -> int:
+        return self._commit.bytes_written
+
+    @property
+    def compactions(self) -> int:
+        return self._commit.compactions
+
+    @property
+    def merges(self) -> int:
+        """How many times a file another process wrote was merged in."""
+        return self._commit.merges
+
     @property
     def run(self) -> dict[str, Any] | None:
         """This run's entry in the ledger's ``runs`` list (None unless opened as the driver)."""
@@ -81,7 +116,7 @@ class Ledger(GroupCommit):
         run = self.run if self.driver else None
         if run is not None:  # written if a last try succeeds
             run["error"] = str(error)
-            self._mark_meta()
+            self._commit.mark_meta()
 
     @property
     def tasks(self) -> RecordStore:
@@ -110,14 +145,15 @@ class Ledger(GroupCommit):
 
     def _open(self, resume: bool, execution: str, driver: bool) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.driver = driver
+        commit = self._commit
+        self.driver = commit.driver = driver
         if not driver:
-            with self._file_lock:
+            with commit.file_lock:
                 if self.path.exists():
-                    self._adopt(*_document.load(self.path))  # what it writes is made from
+                    commit.adopt(*_document.load(self.path))  # what it writes is made from
                 else:
-                    self._write_locked()
-            self._start_writer()
+                    commit.rewrite_locked()
+            commit.start()
             return
         try:
             self._driver_lock.acquire()
@@ -129,30 +165,36 @@ class Ledger(GroupCommit):
         try:
             self._lease.acquire()  # DriverBusyError while a live driver holds it, anywhere
             refuse_if_leased(self.paths)
-            with self._file_lock:
+            with commit.file_lock:
                 settled = self._load_as_driver(resume)
-                with self._state:
+                with commit.mutex:
                     _runs.add_run(self.doc, _runs.new_run(self.run_id, execution))
-                    self._mark_meta()
-                self._write_or_append_locked()  # not retried: nothing has run yet
+                    commit.mark_meta()
+                commit.commit_locked()  # not retried: nothing has run yet
                 for fragment in settled:
                     fragment.unlink(missing_ok=True)
         except BaseException:
             self._lease.release(unused=True)
             self._driver_lock.release()
             raise
-        self._start_writer()
+        commit.start()
 
     def _before_write(self) -> None:
         if self.driver:
             self._lease.check()  # LeaseLostError once another driver took the lease over
 
     def writable(self) -> bool:
-        """As `campaign._commit.GroupCommit.writable`; a driver whose lease was taken over (it
-        was stopped past it) raises `LeaseLostError` here, before it would start a task."""
+        """True while ledger writes succeed; False while a failed write is being retried (start
+        no new task then). Raises `LedgerWriteError` once the ledger gave up, and, in a driver
+        whose lease was taken over (it was stopped past it), `LeaseLostError`."""
         if self.driver:
             self._lease.check(lookups=False)
-        return super().writable()
+        return self._commit.writable()
+
+    def flush(self) -> None:
+        """Commit every change now; on return all of them are durable on disk. A failing
+        write is retried for up to ``write_retry`` seconds, then `LedgerWriteError`."""
+        self._commit.flush()
 
     def _load_as_driver(self, resume: bool) -> list[Path]:
         """Under ``<ledger>.lock``: read the file (its journal and array fragments merged; a
@@ -169,12 +211,12 @@ class Ledger(GroupCommit):
         settled = absorb_fragments(doc, self.path)
         if not resume:
             _runs.set_aside(self.path, doc, state)
-            self._adopt(_document.new_document())
+            self._commit.adopt(_document.new_document())
             return settled
         stale = _runs.take_over(doc, self.path)
-        with self._state:
-            self._adopt(doc, state, whole=not clean)
-            self._mark(stale)
+        with self._commit.mutex:
+            self._commit.adopt(doc, state, whole=not clean)
+            self._commit.mark(stale)
         return settled
 
     # ------------------------------------------------------------------ updates
@@ -184,47 +226,47 @@ class Ledger(GroupCommit):
         An accepted record is final: replacing it is refused (returns False, changes nothing).
         Only `campaign forget` removes one.
         """
-        with self._state:
+        with self._commit.mutex:
             tasks = self.store
             if tasks.status(task_id) == ACCEPTED:
                 logger.debug("task %r is already accepted; a new record for it was dropped",
                              task_id)
                 return False
             tasks[task_id] = record
-            self._mark((task_id,))
+            self._commit.mark((task_id,))
             return True
 
     def put_many(self, records: Mapping[str, dict[str, Any]]) -> None:
         """`put` for several records at once (a `RecordStore`'s are taken as they are held,
         without decoding them)."""
         pairs = records.raw_items() if isinstance(records, RecordStore) else records.items()
-        with self._state:
+        with self._commit.mutex:
             tasks = self.store
             changed = []
             for task_id, record in pairs:
                 if tasks.status(task_id) != ACCEPTED:
                     tasks.set_raw(task_id, record)
                     changed.append(task_id)
-            self._mark(changed)
+            self._commit.mark(changed)
 
     def order(self, task_ids: list[str]) -> None:
         """Put these tasks first, in this order (the items' order), the others after them."""
-        with self._state:
+        with self._commit.mutex:
             tasks = self.store
             if list(tasks)[:len(task_ids)] == task_ids:
                 return
             tasks.reorder(task_ids)
-            self._mark_meta(whole=True)  # the journal cannot say a new order
+            self._commit.mark_meta(whole=True)  # the journal cannot say a new order
 
     def set_run(self, **fields: Any) -> None:
         """Change fields of this run's entry (e.g. ``refused``, ``status``)."""
-        with self._state:
+        with self._commit.mutex:
             run = self.run
             if run is None:
                 raise RuntimeError(f"ledger {self.path} has no run of this process to change: "
                                    "open it as its driver (open(driver=True)) first")
             run.update(fields)
-            self._mark_meta()
+            self._commit.mark_meta()
 
     def close(self, status: str | RunStatus) -> None:
         """Finish this run (``finished``, ``interrupted`` ...: a `RunStatus`), flush, stop the
@@ -237,7 +279,7 @@ class Ledger(GroupCommit):
         try:
             if self.driver:
                 self.set_run(status=status.value, ended=time.time())
-            self._stop_writer(None if status is RunStatus.FINISHED
+            self._commit.stop(None if status is RunStatus.FINISHED
                               else time.monotonic() + CLOSE_RETRY)
         finally:
             self._lease.release()

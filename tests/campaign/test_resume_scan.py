@@ -139,7 +139,7 @@ def test_a_driver_holds_what_the_whole_load_gave_it(spec, resume):
         ledger = Ledger(path)
         _storeload.BLOCK, block = 100, _storeload.BLOCK
         try:
-            with ledger._file_lock:
+            with ledger._commit.file_lock:
                 ledger._load_as_driver(resume)
         finally:
             _storeload.BLOCK = block
@@ -154,10 +154,10 @@ def test_a_driver_holds_what_the_whole_load_gave_it(spec, resume):
         assert decoded(ledger.tasks) == decoded(whole["tasks"])
         assert ledger.doc["runs"] == whole["runs"]
         assert [r["status"] for r in ledger.doc["runs"]].count("running") == 0
-        assert ledger._dirty == set(stale)
-        assert ledger._disk_state == state
-        assert ledger._generation == whole.get("generation")
-        assert ledger._need_whole is not clean
+        assert ledger._commit._dirty == set(stale)
+        assert ledger._commit._disk_state == state
+        assert ledger._commit._generation == whole.get("generation")
+        assert ledger._commit._need_whole is not clean
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
