@@ -17,9 +17,10 @@ from campaign import _document, _journal, _records, read_ledger
 from campaign._errors import LedgerError
 from campaign._overlay import scan_columns
 from campaign._paths import LedgerPaths
-from campaign._schema import COLUMNS, record_problem
+from campaign._schema import COLUMNS, RECORD_FIELDS, record_problem
 from campaign._status import Status
-from campaign._typed import Record, StatusName
+from campaign._typed import Invalid, Record, StatusName, decode
+from schedulers._usage import FIELDS as RESOURCE_FIELDS
 
 
 def _ledger(tmp_path, n=3000, name="typed.json"):
@@ -50,6 +51,27 @@ def _assert_same(plain, typed):
 
 def test_the_typed_parse_knows_every_status():
     assert set(StatusName.__args__) == {s.value for s in Status}
+
+
+def test_the_typed_record_declares_the_schemas_fields_and_where_null_is_allowed():
+    """`Record` declares the fields of the schema (`RECORD_FIELDS`), in its order, each one
+    required, then the resource fields (`schedulers._usage.FIELDS`), which may be absent; a
+    null in a field is parsed exactly where the schema allows one, and refused elsewhere."""
+    assert Record.__struct_fields__ == COLUMNS + RESOURCE_FIELDS
+    assert len(Record.__struct_defaults__) == len(RESOURCE_FIELDS)
+    base = {"status": "pending", "attempts": 0, "interruptions": 0, "item": {"task_id": "t"},
+            "fingerprint": "sha256:" + "0" * 64, "result": None, "error": None, "host": None,
+            "pid": None, "worker": None, "device_group": None, "started": None, "ended": None,
+            "duration": None, "history": []}
+    assert set(base) == set(COLUMNS) and record_problem(base) is None
+    assert decode(orjson.dumps({"t": base}))["t"].status == "pending"
+    for key, (kinds, _) in RECORD_FIELDS.items():
+        data = orjson.dumps({"t": dict(base, **{key: None})})
+        if type(None) in kinds:
+            assert getattr(decode(data)["t"], key) is None, key
+        else:
+            with pytest.raises(Invalid):
+                decode(data)
 
 
 def test_typed_chunks_and_columns_equal_the_plain_scan(tmp_path):
