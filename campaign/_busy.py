@@ -17,8 +17,8 @@ from ._array._leases import live_leases
 from ._errors import DriverBusyError, LedgerError
 from ._owner_lease import DriverLease, busy_text
 from ._paths import LedgerPaths
+from ._scan import Scan
 from ._status import RunStatus
-from ._storeload import StoreScan
 
 
 def check_free(ledger: Path | LedgerPaths, *, then: str = "submit again") -> None:
@@ -69,7 +69,7 @@ def busy_message(ledger: Path | LedgerPaths) -> str:
         return busy_text(paths.file, holder, lease.seconds)
     run = None
     try:
-        scan = StoreScan(paths.file)  # the runs only: the records are not read
+        scan = Scan(paths.file, as_bytes=True)  # the runs only: the records are not read
         scan.close()
         runs = scan.head["runs"]
         run = next((r for r in reversed(runs) if r.get("status") == RunStatus.RUNNING), None)

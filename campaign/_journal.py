@@ -14,7 +14,7 @@ import logging
 import os
 import secrets
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,10 +83,15 @@ def append(ledger: Path | LedgerPaths, line: bytes) -> int:
 
 @dataclass
 class Journal:
-    """What a reader found in a ledger's journal: its lines of the file's generation, in
-    order, and the journal's size in bytes (0 if there is none)."""
+    """What `read` found in a ledger's journal: the newest record of each task its lines of the
+    file's generation hold, in the order applying the lines one by one adds them (dicts, or
+    their JSON bytes in a `RecordStore`); the runs list and ``updated`` of the last line that
+    has them (None if none has); how many lines apply; the bytes read (0 if there is none)."""
 
-    entries: list[dict[str, Any]] = field(default_factory=list)
+    records: MutableMapping[str, Any] = field(default_factory=dict)
+    runs: list[dict[str, Any]] | None = None
+    updated: float | None = None
+    lines: int = 0
     size: int = 0
 
     @property
@@ -94,77 +99,48 @@ class Journal:
         return self.size > 0
 
     def apply(self, doc: dict[str, Any]) -> None:
-        """Apply the entries to ``doc`` in place: records replaced (new tasks added last), the
-        runs list replaced where an entry has one, ``updated`` set."""
-        tasks = doc["tasks"]
-        for entry in self.entries:
-            tasks.update(entry["tasks"])
-            if "runs" in entry:
-                doc["runs"] = entry["runs"]
-            doc["updated"] = entry["updated"]
+        """Apply the lines to ``doc`` in place: records replaced (new tasks added last), the
+        runs list replaced where a line has one, ``updated`` set."""
+        doc["tasks"].update(self.records)
+        if self.runs is not None:
+            doc["runs"] = self.runs
+        if self.updated is not None:
+            doc["updated"] = self.updated
 
 
-def read(ledger: Path | LedgerPaths, generation: str | None) -> Journal:
-    """The journal of ``ledger``: the lines of ``generation`` up to the first line that is torn
-    or corrupt (a warning names it; it and the lines after it are ignored). With no
-    generation (a version-1 file) no line applies."""
+def read(ledger: Path | LedgerPaths, generation: str | None, *,
+         as_bytes: bool = False) -> Journal:
+    """The journal of ``ledger``: the lines of ``generation``, read a line at a time, up to the
+    first line that is torn or corrupt (a warning names it; it and the lines after it are
+    ignored). With no generation (a version-1 file) no line applies. With ``as_bytes`` the
+    records are kept as their bytes only (a journal of 10⁶ records held as dicts would take
+    gigabytes)."""
     paths = LedgerPaths.of(ledger)
     path = paths.journal
-    try:
-        data = _ownership.read_bytes(path, paths.file)
-    except FileNotFoundError:
-        return Journal()
-    found = Journal(size=len(data))
-    if generation is not None:
-        found.entries.extend(_entries(path, _split(data), generation))
-    return found
-
-
-@dataclass
-class JournalRecords:
-    """What `read_records` found: the newest record of each task the journal's lines of the
-    file's generation hold, as its JSON bytes, in the order `Journal.apply` adds them; the
-    runs list and ``updated`` of the last line that has them (None if none has)."""
-
-    records: RecordStore = field(default_factory=RecordStore)
-    runs: list[dict[str, Any]] | None = None
-    updated: float | None = None
-    lines: int = 0
-
-
-def read_records(ledger: Path | LedgerPaths, generation: str | None) -> JournalRecords:
-    """`read`, a line at a time, each line's records kept as their bytes only (a journal of
-    10⁶ records held as dicts would take gigabytes). The same lines apply, with the same
-    warnings."""
-    paths = LedgerPaths.of(ledger)
-    path = paths.journal
-    found = JournalRecords()
-    if generation is None:
-        return found
+    put: Callable[[str, Any], None]
+    if as_bytes:
+        store = RecordStore()
+        found, put = Journal(store), store.add
+    else:
+        plain: dict[str, Any] = {}
+        found, put = Journal(plain), plain.__setitem__
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return found
     with open(fd, "rb") as f:
         _ownership.check(path, os.fstat(fd), paths.file)
-        for entry in _entries(path, f, generation):
-            for task_id, rec in entry["tasks"].items():
-                found.records.add(task_id, rec)
-            if "runs" in entry:
-                found.runs = entry["runs"]
-            found.updated = entry["updated"]
-            found.lines += 1
+        if generation is not None:
+            for entry in _entries(path, f, generation):
+                for task_id, rec in entry["tasks"].items():
+                    put(task_id, rec)
+                if "runs" in entry:
+                    found.runs = entry["runs"]
+                found.updated = entry["updated"]
+                found.lines += 1
+        f.read()  # the lines after a torn one, so that ``size`` is all that was read
+        found.size = f.tell()
     return found
-
-
-def _split(data: bytes) -> Iterator[bytes]:
-    """The lines of ``data``, each with its newline (the last one may lack it)."""
-    begin = 0
-    while begin < len(data):
-        end = data.find(b"\n", begin)
-        end = len(data) if end < 0 else end + 1
-        yield data[begin:end]
-        begin = end
 
 
 def _entries(path: Path, lines: Iterable[bytes], generation: str) -> Iterator[dict[str, Any]]:

@@ -19,9 +19,9 @@ from ._items import ItemSelection, PreparedItems
 from ._jsonvalue import changed_fields
 from ._ledger import Ledger
 from ._paths import LedgerPaths
+from ._scan import Scan
 from ._status import ACCEPTED, PENDING
 from ._store import RecordStore
-from ._storeload import StoreScan
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def _accepted_loaded(path: Path, prepared: PreparedItems) -> Mapping[str, Any] |
 
 def _accepted_scanned(path: Path, prepared: PreparedItems, *, keep: bool = True
                       ) -> RecordStore | None:
-    """`nothing_to_run`'s records, read a block at a time (`campaign._storeload.StoreScan`,
+    """`nothing_to_run`'s records, read a block at a time (`campaign._scan.Scan` with ``as_bytes``,
     checked as `campaign.read_ledger` checks them) and kept as their bytes (none without
     ``keep``), the items' tasks only; None as soon as one is not accepted with its item's
     fingerprint, or if one is missing. It stops at the first task still to run."""
@@ -160,7 +160,7 @@ def _accepted_scanned(path: Path, prepared: PreparedItems, *, keep: bool = True
     where: dict[str, int] | None = None  # built only if the file is not in item order
     following = 0
     store = RecordStore()
-    scan = StoreScan(path)
+    scan = Scan(path, as_bytes=True)
     try:
         for chunk in scan.chunks():
             for tid, rec in chunk.items():

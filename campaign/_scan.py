@@ -59,11 +59,17 @@ _TRIES = 8
 class Scan:
     """The ledger at ``path`` read as its head (every top-level field but ``tasks``, checked)
     and its records, streamed by `chunks`. Raises `LedgerError` as `campaign.read_ledger`
-    does (no ledger, not JSON, not a ledger, a newer version, a bad field)."""
+    does (no ledger, not JSON, not a ledger, a newer version, a bad field).
 
-    def __init__(self, path: str | os.PathLike[str], *, block: int = BLOCK):
+    With ``as_bytes`` the journal's records are held as their bytes (`journal` is a
+    `RecordStore`, each record decoded where it replaces the file's), for a reader of 10⁶
+    records that keeps them as bytes (`campaign._storeload`)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, block: int = BLOCK,
+                 as_bytes: bool = False):
         self.path = Path(path)
         self.block = block
+        self.as_bytes = as_bytes
         try:
             self._file = open_fresh(self.path, self.block)
         except FileNotFoundError:
@@ -72,9 +78,8 @@ class Scan:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
         self._whole: dict[str, Any] | None = None
         self._rest = b""
-        #: the journal's newest record of each task: dicts here, bytes decoded on use in
-        #: `campaign._storeload.StoreScan`
-        self._journal: Mapping[str, Any] = {}
+        #: the journal's newest record of each task (`campaign._journal.Journal.records`)
+        self.journal: Mapping[str, Any] = {}
         self._seen: set[str] = set()
         #: Whether the file was read whole by `campaign._document.read` (not in the writer's
         #: layout, or it read cut short or garbled: see `campaign._stale`).
@@ -93,22 +98,20 @@ class Scan:
             raise
 
     def _read_journal(self) -> bool:
-        """Merge the journal's lines into the head and `_journal` (docs/ledger.md, "The journal
+        """Merge the journal's lines into the head and `journal` (docs/ledger.md, "The journal
         and compaction"). False when the file was replaced since it was opened."""
         from . import _journal
 
-        journal = _journal.read(self.path, self.head.get("generation"))
+        journal = _journal.read(self.path, self.head.get("generation"), as_bytes=self.as_bytes)
         st, now = os.fstat(self._file.fileno()), os.stat(self.path)
         if not _document.same_file(now, st):
             return False
-        records: dict[str, Any] = {}
-        for entry in journal.entries:
-            records.update(entry["tasks"])
-            if "runs" in entry:
-                self.head["runs"] = entry["runs"]
-            self.head["updated"] = entry["updated"]
-        self._journal = records
-        if journal.entries:
+        self.journal = journal.records
+        if journal.runs is not None:
+            self.head["runs"] = journal.runs
+        if journal.updated is not None:
+            self.head["updated"] = journal.updated
+        if journal.lines:
             _document.check(dict(self.head, tasks={}), self.path)
         return True
 
@@ -193,7 +196,7 @@ class Scan:
                     return
                 done += len(got[0])
                 yield got
-            extra = {t: r for t, r in self._journal.items() if t not in self._seen}
+            extra = {t: r for t, r in self.journal.items() if t not in self._seen}
             if extra:
                 yield self._checked(extra, journal=False)
         finally:
@@ -221,9 +224,9 @@ class Scan:
     def _checked(self, tasks: dict[str, Any],
                  journal: bool = True) -> tuple[dict[str, Any], Columns]:
         """``tasks`` with the journal's newer records in place, checked, and their columns."""
-        if journal and self._journal:
-            for tid in self._journal.keys() & tasks.keys():
-                tasks[tid] = self._journal[tid]
+        if journal and self.journal:
+            for tid in self.journal.keys() & tasks.keys():
+                tasks[tid] = self.journal[tid]
                 self._seen.add(tid)
         return tasks, columns_checked(tasks, self.path)
 
@@ -270,7 +273,7 @@ class Scan:
         or their columns break a rule (the plain check names the task and the field)."""
         from ._typed import typed_columns
 
-        if (self._journal and not self._journal.keys().isdisjoint(records)) or plain(records):
+        if (self.journal and not self.journal.keys().isdisjoint(records)) or plain(records):
             cols = None
         else:
             cols = typed_columns(list(records.values()))

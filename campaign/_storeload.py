@@ -4,7 +4,7 @@
 3.5 GB for a million tasks. A driver keeps its records as bytes anyway (`campaign._store`), so
 `load` here reads the file with `campaign._scan.Scan` (a block at a time, every record checked
 as `campaign._document.check` checks it, the same `LedgerError`s) and the journal a line at a
-time (`campaign._journal.read_records`), and keeps only each record's bytes: its memory is
+time (``as_bytes``: `campaign._journal.read`), and keeps only each record's bytes: its memory is
 about the records' bytes plus one block's records as dicts. The document it returns is the one
 `campaign._document.load` returns (the journal's records in place of the file's, its new tasks
 last, its runs and ``updated``), with ``tasks`` a `RecordStore`.
@@ -21,38 +21,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import _document, _journal, _scan
+from . import _document, _scan
 from ._scan import Scan
 from ._store import RecordStore
 
 logger = logging.getLogger(__name__)
 #: Bytes read from the file at a time.
 BLOCK = _scan.BLOCK
-
-
-class StoreScan(Scan):
-    """`Scan` with the journal's records held as bytes (`campaign._journal.read_records`)
-    rather than dicts; they replace the file's records as the chunks stream by, before each
-    chunk is checked, as in `Scan`. `journal_records` holds them. (It replaces `Scan`'s
-    ``_read_journal``; `tests/campaign/test_resume_scan.py` checks that the records are those
-    of the whole-document load.)"""
-
-    journal_records = RecordStore()  # empty until the journal is read
-
-    def _read_journal(self) -> bool:
-        journal = _journal.read_records(self.path, self.head.get("generation"))
-        st, now = os.fstat(self._file.fileno()), os.stat(self.path)
-        if not _document.same_file(now, st):
-            return False
-        self.journal_records = journal.records
-        self._journal = journal.records  # a mapping, decoded on use
-        if journal.runs is not None:
-            self.head["runs"] = journal.runs
-        if journal.updated is not None:
-            self.head["updated"] = journal.updated
-        if journal.lines:
-            _document.check(dict(self.head, tasks={}), self.path)
-        return True
 
 
 def load(path: str | os.PathLike[str], *, block: int | None = None
@@ -63,10 +38,10 @@ def load(path: str | os.PathLike[str], *, block: int | None = None
     path = Path(path)
     before = _document.file_state(path)
     store = RecordStore()
-    scan = StoreScan(path, block=block or BLOCK)
+    scan = Scan(path, block=block or BLOCK, as_bytes=True)
+    journal = RecordStore.of(scan.journal)  # as held: bytes
     try:
         for chunk in scan.chunks():
-            journal = scan.journal_records
             for task_id, rec in chunk.items():
                 held = journal.raw(task_id)  # the journal's record is ``rec``: its bytes shared
                 if held is None:

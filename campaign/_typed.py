@@ -3,12 +3,13 @@
 
 `campaign._scan.Scan.blocks` parses a block of records with ``orjson`` into dicts, then checks
 their fields over the chunk's columns (`campaign._schema.valid_columns`). `decode` here parses
-a block with ``msgspec`` into `Record`s, which declare each field of docs/ledger.md with its
-type: the parse itself checks the types, the statuses, the counts >= 0 and the results' values
-(in C, as it goes) and makes no dict per record; `typed_columns` checks the rest (fingerprints,
-a result for each accepted task, errors) over the columns as `valid_columns` does. The fields
-hold the Python values ``orjson`` gives (``item``, ``result``, ``error`` and the ``history``
-entries are plain dicts).
+a block with ``msgspec`` into `Record`s, made from the schema (`campaign._schema.RECORD_FIELDS`,
+each field with its JSON types, narrowed where the parse can check more): the parse itself
+checks the types, the statuses, the counts >= 0 and the results' values (in C, as it goes) and
+makes no dict per record; `typed_columns` checks the rest (fingerprints, a result for each
+accepted task, errors) over the columns as `valid_columns` does. The fields hold the Python
+values ``orjson`` gives (``item``, ``result``, ``error`` and the ``history`` entries are plain
+dicts).
 
 Every doubt goes the plain way, whose check names the task and the field: `decode` raises
 `Invalid` for a record its types refuse, and for one with a key the tables do not list (allowed,
@@ -25,11 +26,14 @@ from __future__ import annotations
 
 from collections import Counter
 from operator import attrgetter
+from types import GenericAlias
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from ._schema import COLUMNS, Columns, values_valid
+from schedulers._usage import FIELDS as USAGE_FIELDS
+
+from ._schema import COLUMNS, RECORD_FIELDS, Columns, values_valid
 
 #: The values of a field that must be an int: int64 (msgspec's bounds). ``orjson`` reads ints
 #: up to uint64 as ints (those beyond int64 go the plain way) and larger ones as floats.
@@ -46,38 +50,60 @@ _Scalar = str | int | float | bool | None | _FloatTag
 StatusName = Literal["pending", "running", "accepted", "failed", "interrupted"]
 
 
-class Record(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """A task record (docs/ledger.md), its fields typed: what `decode` gives for each task."""
+#: A field's type where the parse checks more than its JSON types (`RECORD_FIELDS`) say: the
+#: values `campaign._schema.record_problem` checks that are cheap to check while parsing.
+_NARROWER: dict[str, Any] = {
+    "status": StatusName,
+    "result": dict[str, _Scalar] | None,
+    "device_group": list[_Int] | None,
+    "history": list[dict[str, Any]],
+}
+#: The type of each set of JSON types the schema gives a field.
+_OF_KINDS: dict[frozenset[type], Any] = {
+    frozenset({str}): str,
+    frozenset({str, type(None)}): str | None,
+    frozenset({int}): _Count,  # a record's integers are counts (docs/ledger.md)
+    frozenset({int, type(None)}): _Int | None,
+    frozenset({int, float, type(None)}): _Number,
+    frozenset({dict}): dict[str, Any],
+    frozenset({dict, type(None)}): dict[str, Any] | None,
+}
 
-    status: StatusName
-    attempts: _Count
-    interruptions: _Count
-    item: dict[str, Any]
-    fingerprint: str
-    result: dict[str, _Scalar] | None
-    error: dict[str, Any] | None
-    host: str | None
-    pid: _Int | None
-    worker: str | None
-    device_group: list[_Int] | None
-    started: _Number
-    ended: _Number
-    duration: _Number
-    history: list[dict[str, Any]]
-    # what the last attempt used (schedulers._usage.FIELDS): not checked, as in the reader
-    cpu_s: Any = msgspec.UNSET
-    peak_rss_bytes: Any = msgspec.UNSET
-    gpu_peak_bytes: Any = msgspec.UNSET
+
+def _field_type(key: str, kinds: frozenset[type]) -> Any:
+    if key in _NARROWER:
+        return _NARROWER[key]
+    try:
+        return _OF_KINDS[kinds]
+    except KeyError:
+        raise TypeError(f"record field {key!r}: no typed parse for the JSON types "
+                        f"{sorted(k.__name__ for k in kinds)}; add them to _OF_KINDS or the "
+                        "field to _NARROWER") from None
+
+
+if not _NARROWER.keys() <= RECORD_FIELDS.keys():
+    raise TypeError(f"_NARROWER names fields the schema has not: "
+                    f"{sorted(_NARROWER.keys() - RECORD_FIELDS.keys())}")
+#: A task record (docs/ledger.md), its fields typed: what `decode` gives for each task. Made
+#: from the schema (`RECORD_FIELDS`, in its order, each required), then the resource fields
+#: of the last attempt (`schedulers._usage.FIELDS`), which may be absent and are not checked,
+#: as in the reader.
+Record: type[msgspec.Struct] = msgspec.defstruct(
+    "Record",
+    [(key, _field_type(key, kinds)) for key, (kinds, _) in RECORD_FIELDS.items()]
+    + [(key, Any, msgspec.UNSET) for key in USAGE_FIELDS],
+    forbid_unknown_fields=True, gc=False, module=__name__)
 
 
 class Invalid(Exception):
     """A block that parses as JSON but holds a record its types refuse."""
 
 
-_DECODE = msgspec.json.Decoder(dict[str, Record]).decode
+#: ``dict[str, Record]``, spelled as the value it is (`Record` is made, not declared)
+_DECODE = msgspec.json.Decoder(GenericAlias(dict, (str, Record))).decode
 
 
-def decode(data: bytes) -> dict[str, Record] | None:
+def decode(data: bytes) -> dict[str, Any] | None:
     """The records of ``data`` (one JSON object: task id -> record), or None when ``data`` is
     not one JSON object (a block cut in the wrong place). Raises `Invalid` when it is, but a
     record's field has a type (or value) it may not have, or a record has another key."""
@@ -89,7 +115,7 @@ def decode(data: bytes) -> dict[str, Record] | None:
         return None
 
 
-def typed_columns(recs: list[Record]) -> Columns | None:
+def typed_columns(recs: list[Any]) -> Columns | None:
     """The `Columns` of ``recs`` (from `decode`), or None when one breaks a rule of the ledger
     that their types do not say (`campaign._schema.values_valid`): look record by record.
     Each column is made when it is first asked for (``cols.fields[key]``)."""
@@ -101,7 +127,7 @@ def typed_columns(recs: list[Record]) -> Columns | None:
 class _Fields(dict[str, tuple[Any, ...]]):
     """The columns of `Record`s (`campaign._schema.COLUMNS`), each made on first use."""
 
-    def __init__(self, recs: list[Record]):
+    def __init__(self, recs: list[Any]):
         super().__init__()
         self.recs = recs
 

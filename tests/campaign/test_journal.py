@@ -111,6 +111,52 @@ def test_a_corrupt_line_ends_the_journal_with_a_warning(ledger, caplog):
     assert "line 2 is corrupt" in caplog.text
 
 
+def _applied_by_hand(file: bytes, lines: list[bytes]) -> dict[str, Any]:
+    """The document the file and these whole journal lines make, each line applied in turn."""
+    doc = orjson.loads(file)
+    for line in lines:
+        entry = orjson.loads(line[9:])
+        assert entry["generation"] == doc["generation"]
+        doc["tasks"].update(entry["tasks"])
+        doc["runs"] = entry.get("runs", doc["runs"])
+        doc["updated"] = entry["updated"]
+    return doc
+
+
+@pytest.mark.parametrize("keep", [3, 2])  # the whole journal; its last line torn
+def test_the_journal_reader_gives_the_same_lines_as_dicts_and_as_bytes(ledger, caplog, keep):
+    """`_journal.read` applies the lines in order (a task's newest record, new tasks in the
+    order they first appear), as dicts or as bytes alike, and counts every byte it read."""
+    from campaign import _journal
+    from campaign._store import RecordStore
+
+    file, journal, _ = killed_driver(ledger, [["b", "a"], ["c", "b"], ["a", "d"]])
+    lines = journal.splitlines(keepends=True)
+    data = b"".join(lines[:keep]) + (b"" if keep == 3 else lines[2][:-5])
+    restore(ledger, file, data)
+    want = _applied_by_hand(file, lines[:keep])
+    generation = orjson.loads(file)["generation"]
+    with caplog.at_level(logging.WARNING, logger="campaign._journal"):
+        plain = _journal.read(ledger, generation)
+        held = _journal.read(ledger, generation, as_bytes=True)
+    assert isinstance(held.records, RecordStore) and type(plain.records) is dict
+    assert all(type(v) is bytes for _, v in held.records.raw_items())
+    entries = [orjson.loads(line[9:]) for line in lines[:keep]]
+    expected_ids = list(dict.fromkeys(t for entry in entries for t in entry["tasks"]))
+    runs = next((e["runs"] for e in reversed(entries) if "runs" in e), None)
+    for found in (plain, held):
+        assert list(found.records) == expected_ids
+        assert dict(found.records) == {t: want["tasks"][t] for t in expected_ids}
+        assert (found.runs, found.updated, found.lines) == (runs, want["updated"], keep)
+        assert found.size == len(data) and found.present
+    doc = orjson.loads(file)
+    plain.apply(doc)
+    assert doc == want == read_ledger(ledger)
+    assert ("line 3 is not whole" in caplog.text) == (keep == 2)
+    assert _journal.read(ledger, None).size == len(data)  # a version-1 file: no line applies
+    assert not _journal.read(ledger, None).records
+
+
 def test_lines_of_an_older_generation_are_skipped(ledger, caplog):
     """A compaction killed after it replaced the file, before it removed the journal."""
     _, journal, compacted = killed_driver(ledger, [["a"], ["b"]])

@@ -6,12 +6,14 @@ the field."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import orjson
 import pytest
 from cli_data.cli_helpers import campaign
 from test_cli_status_large import load_benchmark
+from testkit import PATIENCE, PYTHON, child_env
 
 from campaign import _document, _journal, _records, read_ledger
 from campaign._errors import LedgerError
@@ -72,6 +74,43 @@ def test_the_typed_record_declares_the_schemas_fields_and_where_null_is_allowed(
         else:
             with pytest.raises(Invalid):
                 decode(data)
+
+
+_NEW_FIELD = r"""
+import sys
+from campaign import _schema
+_schema.RECORD_FIELDS["{key}"] = ({kinds}, "new")
+from campaign import _typed
+print(_typed.Record.__struct_fields__)
+print(_typed.decode(sys.stdin.buffer.read()))
+"""
+
+
+@pytest.mark.parametrize("kinds, value, parsed", [
+    ("frozenset({str, type(None)})", "x", "'x'"),
+    ("frozenset({int})", 3, "3"),
+])
+def test_a_field_added_to_the_schema_is_a_field_of_the_typed_record(kinds, value, parsed):
+    """`Record` is made from `RECORD_FIELDS`: a field the schema gains is parsed by its types,
+    with no second list to edit; JSON types it has no parse for stop the import naming them."""
+    base = {"status": "pending", "attempts": 0, "interruptions": 0, "item": {"task_id": "t"},
+            "fingerprint": "sha256:" + "0" * 64, "result": None, "error": None, "host": None,
+            "pid": None, "worker": None, "device_group": None, "started": None, "ended": None,
+            "duration": None, "history": [], "extra": value}
+    code = _NEW_FIELD.format(key="extra", kinds=kinds)
+    out = subprocess.run([PYTHON, "-c", code], input=orjson.dumps({"t": base}),
+                         capture_output=True, env=child_env(), timeout=PATIENCE, check=True)
+    fields, record = out.stdout.decode().splitlines()
+    assert fields == repr(COLUMNS + ("extra",) + RESOURCE_FIELDS)
+    assert f"extra={parsed}" in record
+    base["extra"] = [value]  # a list where the schema allows none: refused, the plain way
+    run = subprocess.run([PYTHON, "-c", code], input=orjson.dumps({"t": base}),
+                         capture_output=True, env=child_env(), timeout=PATIENCE)
+    assert run.returncode != 0 and b"Invalid" in run.stderr
+    odd = subprocess.run([PYTHON, "-c", _NEW_FIELD.format(key="odd", kinds="frozenset({bool})")],
+                         input=b"{}", capture_output=True, env=child_env(), timeout=PATIENCE)
+    assert odd.returncode != 0
+    assert b"record field 'odd': no typed parse for the JSON types ['bool']" in odd.stderr
 
 
 def test_typed_chunks_and_columns_equal_the_plain_scan(tmp_path):
