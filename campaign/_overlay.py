@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ._records import merge
+from ._records import from_fragment
 from ._scan import BLOCK, Scan, columns_checked
 from ._schema import Columns
 
@@ -61,11 +61,8 @@ class Overlay:
         return out
 
     def _one(self, tid: str, have: dict[str, Any] | None) -> dict[str, Any] | None:
-        from ._array._workdir import applies
-
-        for rec in self.pending.get(tid, ()):
-            if applies(have, rec):  # as a merge does: not an older attempt, nor another item
-                have = merge(have, rec)
+        for rec in self.pending.get(tid, ()):  # as `merge_fragments` will apply them
+            have = from_fragment(have, rec)
         lease = self.held.get(tid)
         if lease is not None and have is not None and have["status"] != "accepted":
             owner = lease["owner"]

@@ -168,6 +168,21 @@ def is_folded(have: dict[str, Any], rec: dict[str, Any]) -> bool:
                for e in have["history"])
 
 
+def from_fragment(have: dict[str, Any] | None, rec: dict[str, Any]) -> dict[str, Any] | None:
+    """The record of a task once an array worker's fragment record ``rec`` is applied to
+    ``have`` (None: the task is not in the ledger): a superseded attempt (`superseded`) is
+    folded in (`fold_superseded`); any other record is merged (`merge`) unless ``have`` holds
+    a newer attempt or another item (the task was forgotten and planned anew: its fingerprint
+    differs), which is kept as it is. The one rule for merging fragments into the ledger and
+    for showing them before they are merged (`campaign._overlay`)."""
+    same_item = have is None or have["fingerprint"] == rec.get("fingerprint")
+    if rec.get("superseded"):
+        return fold_superseded(have, rec) if same_item else have
+    if same_item and (have is None or have["attempts"] <= rec["attempts"]):
+        return merge(have, rec)
+    return have
+
+
 def merge(on_disk: dict[str, Any] | None, mine: dict[str, Any]) -> dict[str, Any]:
     """The record to keep when this process changed a task that another process also wrote.
 

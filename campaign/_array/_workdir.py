@@ -43,7 +43,7 @@ from .. import _ownership, _update
 from .._atomic import HOST, atomic_write
 from .._errors import LedgerError
 from .._paths import WORK, LedgerPaths
-from .._records import fold_superseded, is_folded, merge
+from .._records import from_fragment, is_folded
 from .._status import ACCEPTED
 
 
@@ -239,15 +239,6 @@ def load_fragment(path: Path) -> dict[str, dict[str, Any]] | None:
         return None
 
 
-def applies(have: Mapping[str, Any] | None, rec: Mapping[str, Any]) -> bool:
-    """Whether a fragment's record ``rec`` may change the ledger's record ``have`` of its task:
-    the task is new to the ledger, or holds the same item (fingerprint) at no newer attempt. A
-    record of another item (the task was forgotten and planned with a new one) never applies."""
-    if have is None:
-        return True
-    return have["fingerprint"] == rec.get("fingerprint") and have["attempts"] <= rec["attempts"]
-
-
 def _reflected(tasks: dict[str, dict[str, Any]], task_id: str, rec: dict[str, Any]) -> bool:
     have = tasks.get(task_id)
     if have is None:
@@ -273,12 +264,9 @@ def absorb_fragments(doc: dict[str, Any], ledger: Path) -> list[Path]:
             settled.append(path)
             continue
         for tid, rec in records.items():
-            have = tasks.get(tid)
-            if rec.get("superseded") and (have is None or
-                                          have["fingerprint"] == rec.get("fingerprint")):
-                tasks[tid] = fold_superseded(have, rec)  # into the history of a newer one
-            elif applies(have, rec):  # not when a newer attempt, or another item, is recorded
-                tasks[tid] = merge(have, rec)
+            applied = from_fragment(tasks.get(tid), rec)
+            if applied is not None:
+                tasks[tid] = applied
     return settled
 
 

@@ -178,8 +178,10 @@ def doc_accepted(doc):
 
 def test_scan_applies_unmerged_fragments_as_overlay_does(tmp_path):
     """Records of array workers' fragments not merged yet (one replacing a record, one for a
-    task only a fragment knows) stream by as `campaign._array._workdir.overlay` gives them."""
-    from campaign import _records, read_ledger
+    task only a fragment knows, and superseded attempts: one the ledger's accepted record keeps
+    in its history, one nothing newer replaced) stream by as `campaign._array._workdir.overlay`
+    gives them."""
+    from campaign import _document, _records, read_ledger
     from campaign._array._workdir import WorkDir, overlay
     from campaign._overlay import scan_records
 
@@ -194,12 +196,30 @@ def test_scan_applies_unmerged_fragments_as_overlay_does(tmp_path):
     work = WorkDir(ledger, "sub1")
     work.write_fragment({pending: rec}, owner)
     work.write_fragment({"only-here": dict(rec, item={"task_id": "only-here"})}, owner)
+    # a worker whose lease was taken over: the taker's accepted record is merged, the stale
+    # worker's attempt is not; and a superseded attempt nothing newer replaced
+    taker = {"worker": "9_2", "host": "n2", "pid": 2}
+    again, lone = [t for t in ids if doc["tasks"][t]["status"] == "pending"][1:3]
+    stale = _records.started(doc["tasks"][again], device_group=None, at=time.time(), **owner)
+    lost = _records.superseded(_records.finished(stale, "accepted", at=time.time(),
+                                                 result={"energy": 2.0}), taker, at=time.time())
+    doc["tasks"][again] = _records.finished(
+        _records.started(stale, device_group=None, at=time.time(), **taker),
+        "accepted", at=time.time(), result={"energy": 3.0})
+    ledger.write_bytes(_document.dumps(doc))
+    work.write_fragment({again: lost}, owner)
+    alone = _records.started(doc["tasks"][lone], device_group=None, at=time.time(), **owner)
+    work.write_fragment({lone: _records.superseded(_records.finished(
+        alone, "accepted", at=time.time(), result={"energy": 4.0}), taker, at=time.time())},
+        owner)
     want = overlay(read_ledger(ledger), ledger)["tasks"]
     _, chunks, _ = scan_records(ledger, block=16 << 10)
     got = {}
     for chunk in chunks:
         got.update(chunk)
     assert got == want and got[pending]["status"] == "accepted" and "only-here" in got
+    assert [e["attempt"] for e in got[again]["history"] if e["error"]] == [1]
+    assert got[lone]["status"] == "interrupted" and "superseded" not in got[lone]
     facts = json.loads(campaign("status", ledger.name, "--json", cwd=tmp_path).stdout)
     assert facts["total"] == 2001
 
