@@ -11,9 +11,9 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
@@ -208,6 +208,10 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
     return load(path)[0]
 
 
+#: The attributes of a file as `os.stat` or `campaign._stale.fresh_stat` give them.
+Stat = os.stat_result | Attributes
+
+
 class DiskState(NamedTuple):
     """The file's inode, size and modification time, and its journal's size: what tells a
     writer whether another process changed the ledger since it last read or wrote it."""
@@ -218,11 +222,11 @@ class DiskState(NamedTuple):
     journal: int
 
     @classmethod
-    def of(cls, st: os.stat_result | Attributes, journal: int) -> DiskState:
+    def of(cls, st: Stat, journal: int) -> DiskState:
         return cls(st.st_ino, st.st_size, st.st_mtime_ns, journal)
 
 
-def same_file(a: os.stat_result | Attributes, b: os.stat_result | Attributes) -> bool:
+def same_file(a: Stat, b: Stat) -> bool:
     """Whether two stats are of the same version of a file (inode, size, modification time):
     a reader that finds them differ read a file replaced or grown meanwhile."""
     return (a.st_ino, a.st_size, a.st_mtime_ns) == (b.st_ino, b.st_size, b.st_mtime_ns)
@@ -238,29 +242,50 @@ def load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], DiskState]:
 
 
 def _load_once(path: Path, fresh: bool) -> tuple[dict[str, Any], DiskState]:
-    for _ in range(20):
+    def read_file() -> tuple[dict[str, Any], str | None, Stat]:
         try:  # where caches may be stale, the attributes asked of the file system (`fresh_stat`)
             asked = fresh_stat(path) if fresh else None
             data, opened = read_bytes(path, fresh=fresh)
-            st = asked or opened
         except FileNotFoundError:
             raise LedgerError(f"no ledger at {path}: check the path") from None
         except OSError as exc:
             raise LedgerError(f"cannot read ledger {path}: {exc}") from None
         doc = _parse_unchecked(data, path)
-        journal = _journal.read(path, doc.get("generation"))
-        try:
-            now = fresh_stat(path)
-        except FileNotFoundError:
-            continue
-        if same_file(now, st):
-            break
+        return doc, doc.get("generation"), asked or opened
+
+    doc, journal, st = with_journal(LedgerPaths.of(path), read_file)
     journal.apply(doc)
     try:
         check(doc, path)
     except LedgerError as exc:  # a stale cache's mixture of two versions may parse
         raise Unsettled(str(exc)) from None
+    assert st is not None
     return doc, DiskState.of(st, journal.size)
+
+
+_T = TypeVar("_T")
+
+
+def with_journal(paths: LedgerPaths, read_file: Callable[[], tuple[_T, str | None, Stat | None]],
+                 *, as_bytes: bool = False) -> tuple[_T, _journal.Journal, Stat | None]:
+    """What ``read_file`` read of the ledger's file, and the journal of that version: every
+    reader of the ledger reads both this way. ``read_file`` returns what it read, the file's
+    generation and the attributes of the file it read (None: it read the journal too, nothing
+    is read here). The journal is read after the file; when the file was replaced meanwhile (a
+    compaction: a new generation, the journal emptied), ``read_file`` is called again and the
+    journal read again, at most 20 times (the last read is kept)."""
+    for _ in range(20):
+        got, generation, st = read_file()
+        if st is None:
+            return got, _journal.Journal(), None
+        journal = _journal.read(paths, generation, as_bytes=as_bytes)
+        try:
+            now = fresh_stat(paths.file)
+        except FileNotFoundError:
+            continue
+        if same_file(now, st):
+            break
+    return got, journal, st
 
 
 def file_state(path: Path | LedgerPaths) -> DiskState | None:

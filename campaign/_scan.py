@@ -38,6 +38,7 @@ from typing import Any
 
 from . import _document, _ownership
 from ._errors import LedgerError
+from ._paths import LedgerPaths
 from ._schema import Columns, columns, valid_columns
 from ._stale import FreshReader, open_fresh
 
@@ -84,28 +85,15 @@ class Scan:
         #: Whether the file was read whole by `campaign._document.read` (not in the writer's
         #: layout, or it read cut short or garbled: see `campaign._stale`).
         self.fell_back = False
+        self._reads = 0
         try:
-            for _ in range(20):  # the file replaced while its journal was read: both again
-                self.head = self._read_head()
-                if self._whole is not None or self._read_journal():
-                    break
-                self._file.close()
-                self._file = open_fresh(self.path, self.block)
+            self.head, journal, _ = _document.with_journal(
+                LedgerPaths.of(self.path), self._read_file, as_bytes=as_bytes)
         except FileNotFoundError:
             raise LedgerError(f"no ledger at {self.path}: check the path") from None
         except BaseException:
             self._file.close()
             raise
-
-    def _read_journal(self) -> bool:
-        """Merge the journal's lines into the head and `journal` (docs/ledger.md, "The journal
-        and compaction"). False when the file was replaced since it was opened."""
-        from . import _journal
-
-        journal = _journal.read(self.path, self.head.get("generation"), as_bytes=self.as_bytes)
-        st, now = os.fstat(self._file.fileno()), os.stat(self.path)
-        if not _document.same_file(now, st):
-            return False
         self.journal = journal.records
         if journal.runs is not None:
             self.head["runs"] = journal.runs
@@ -113,7 +101,19 @@ class Scan:
             self.head["updated"] = journal.updated
         if journal.lines:
             _document.check(dict(self.head, tasks={}), self.path)
-        return True
+
+    def _read_file(self) -> tuple[dict[str, Any], str | None, _document.Stat | None]:
+        """The head, its generation and the attributes of the file read (None where it was
+        read whole, journal and all): for `campaign._document.with_journal`, which calls it
+        again when the file was replaced while its journal was read."""
+        if self._reads:  # read before: the file was replaced since
+            self._file.close()
+            self._file = open_fresh(self.path, self.block)
+            self._rest = b""
+        self._reads += 1
+        st = os.fstat(self._file.fileno())
+        head = self._read_head()
+        return head, head.get("generation"), None if self._whole is not None else st
 
     def close(self) -> None:
         self._file.close()

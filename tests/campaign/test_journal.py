@@ -86,6 +86,38 @@ def test_each_commit_is_a_journal_line_merged_by_readers(ledger):
     assert [r["status"] for r in doc["runs"]] == ["running"]  # as a killed driver left it
 
 
+@pytest.mark.parametrize("reader", ["read_ledger", "scan", "scan as bytes"])
+def test_a_file_compacted_while_its_journal_is_read_is_read_again(ledger, monkeypatch, reader):
+    """A compaction between a reader's read of the file and of its journal (a new file, the
+    journal gone): the reader reads the new file again, so no outcome of the old journal is
+    lost. Every reader of the ledger reads through `campaign._document.with_journal`."""
+    from campaign import _journal
+    from campaign._scan import Scan
+
+    file, journal, compacted = killed_driver(ledger, [["a"], ["b", "c"]])
+    restore(ledger, file, journal)
+    real, calls = _journal.read, []
+
+    def compacting_read(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) == 1:  # the file was read: it is compacted now
+            new = ledger.with_name("compacted.tmp")
+            new.write_bytes(compacted)
+            new.replace(ledger)
+            LedgerPaths.of(ledger).journal.unlink()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_journal, "read", compacting_read)
+    if reader == "read_ledger":
+        tasks = read_ledger(ledger)["tasks"]
+    else:
+        scan = Scan(ledger, as_bytes=reader == "scan as bytes")
+        tasks = {tid: rec for chunk in scan.chunks() for tid, rec in chunk.items()}
+        scan.close()
+    assert len(calls) == 2 and calls[0] != calls[1]  # the second read: the new generation
+    assert {t: r["status"] for t, r in tasks.items()} == dict.fromkeys("abc", "accepted")
+
+
 def test_a_torn_last_line_is_ignored_with_a_warning_and_the_lines_before_kept(ledger, caplog):
     file, journal, _ = killed_driver(ledger, [["a"], ["b"], ["c"]])
     last = journal.rstrip(b"\n").rfind(b"\n") + 1
