@@ -49,7 +49,7 @@ from campaign._array import _worker as _array_worker
 from campaign._array._leases import Leases
 from campaign._array._plan import plan_submission
 from campaign._array._workdir import WorkDir, fragment_files, merge_fragments
-from campaign._paths import LedgerPaths
+from campaign._ledger._paths import LedgerPaths
 
 #: Durations of the workers' merges in this process (the wrapped ``merge_fragments``).
 MERGES: list[float] = []

@@ -1,10 +1,10 @@
 """Benchmark: `campaign status` on a 100,000-task ledger.
 
 Generates a realistic ledger with the project's own writer (records built with
-`campaign._records`, serialized with `campaign._document.dumps`): mostly accepted tasks, some
-failed ones with tracebacks and retry history, some pending, interrupted and running. Then runs
-``campaign status LEDGER`` as a subprocess five times and prints each run's wall time, CPU time
-(user and system) and peak RSS, the median CPU time, the largest peak RSS and the median wall
+`campaign._ledger._records`, serialized with `campaign._ledger._document.dumps`): mostly accepted
+tasks, some failed ones with tracebacks and retry history, some pending, interrupted and running.
+Then runs ``campaign status LEDGER`` as a subprocess five times and prints each run's wall time, CPU
+time (user and system) and peak RSS, the median CPU time, the largest peak RSS and the median wall
 time::
 
     python benchmarks/cli_status.py [--tasks 100000] [--keep PATH] [--ledger PATH]
@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from campaign import _document, _records
-from campaign._jsonvalue import encode_item, fingerprint
-from campaign._status import Status
+from campaign._ledger import _document, _records
+from campaign._ledger._jsonvalue import encode_item, fingerprint
+from campaign._ledger._status import Status
 
 _TRACEBACK = (
     "Traceback (most recent call last):\n"

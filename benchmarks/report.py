@@ -128,7 +128,7 @@ def generate(path: Path, n: int, *, seed: int = 0, now: float | None = None) -> 
 
 def count(ledger: Path) -> int:
     """The number of tasks of the ledger at ``ledger``."""
-    from campaign._scan import Scan
+    from campaign._ledger._scan import Scan
 
     return sum(map(len, Scan(ledger).chunks()))
 

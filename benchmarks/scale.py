@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _DRIVER = """
 import json, os, sys, time
 from campaign import checkpointed_map
-from campaign import _ledger
+from campaign._ledger import _driver as _ledger
 n, path, every = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 seen = {"compactions": 0}
 close = _ledger.Ledger.close
@@ -199,7 +199,7 @@ def claim_loop(ledger: Path, submission: str, ids: list[str], name: str,
     from its share (`claim_order`), pass what others ended (`WorkDir.not_done`), claim the
     lease (`Leases.claim`), write the outcome as a fragment, mark it done and release. Returns
     the ids it ran."""
-    from campaign import _records
+    from campaign._ledger import _records
     from campaign._array._leases import Leases
     from campaign._array._workdir import WorkDir
     from campaign._array._worker import claim_order

@@ -22,7 +22,6 @@ from ._array._worker import run_worker as run_worker
 from ._campaign import Campaign as Campaign
 from ._campaign import Failure as Failure
 from ._campaign import Progress as Progress
-from ._document import read as read_ledger
 from ._engine import checkpointed_map as checkpointed_map
 from ._errors import CampaignError as CampaignError
 from ._errors import DriverBusyError as DriverBusyError
@@ -32,15 +31,16 @@ from ._errors import LeaseLostError as LeaseLostError
 from ._errors import LedgerError as LedgerError
 from ._errors import LedgerWriteError as LedgerWriteError
 from ._errors import ResultError as ResultError
-from ._iter import LedgerRecords as LedgerRecords
-from ._iter import iter_ledger as iter_ledger
-from ._ledger import Ledger as Ledger
+from ._ledger._document import read as read_ledger
+from ._ledger._driver import Ledger as Ledger
+from ._ledger._iter import LedgerRecords as LedgerRecords
+from ._ledger._iter import iter_ledger as iter_ledger
+from ._ledger._status import FORMAT_NAME as FORMAT_NAME
+from ._ledger._status import FORMAT_VERSION as FORMAT_VERSION
+from ._ledger._status import RunStatus as RunStatus
+from ._ledger._status import Status as Status
 from ._report import Report as Report
 from ._report import write_report as write_report
-from ._status import FORMAT_NAME as FORMAT_NAME
-from ._status import FORMAT_VERSION as FORMAT_VERSION
-from ._status import RunStatus as RunStatus
-from ._status import Status as Status
 
 __all__ = [
     "FORMAT_NAME",

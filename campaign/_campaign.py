@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
-from ._jsonvalue import decode, decode_flat
+from ._ledger._jsonvalue import decode, decode_flat
+from ._ledger._status import ACCEPTED, FAILED, Status
 from ._shell import command
-from ._status import ACCEPTED, FAILED, Status
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +266,7 @@ def _change_text(change: dict[str, Any]) -> str:
 
 
 def added_or_removed(changed: list[dict[str, Any]]) -> list[str]:
-    """The top-level fields named by ``changed`` (`campaign._jsonvalue.changed_fields`) when
+    """The top-level fields named by ``changed`` (`campaign._ledger._jsonvalue.changed_fields`) when
     every change is such a field added or removed, else []."""
     names = []
     for c in changed:

@@ -23,14 +23,14 @@ from schedulers import (
     make_scheduler,
 )
 
-from . import _records
 from ._campaign import Campaign, Progress
 from ._items import PreparedItems, prepare_items
-from ._ledger import Ledger
+from ._ledger import _records
+from ._ledger._driver import Ledger
+from ._ledger._status import ACCEPTED, RUNNING, RunStatus
 from ._plan import nothing_to_run, plan
 from ._policy import MAX_INTERRUPTIONS, RETRIES, Limits, settle, stopped
 from ._signals import sigint_ignored, signals_raise
-from ._status import ACCEPTED, RUNNING, RunStatus
 from ._taskqueue import Entry, TaskQueue
 
 logger = logging.getLogger(__name__)

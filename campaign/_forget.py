@@ -24,11 +24,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import _document, _update
 from ._array._leases import live_leases
 from ._array._workdir import forget_traces, forgetting, merge_fragments
 from ._errors import DriverBusyError
-from ._paths import LedgerPaths
+from ._ledger import _document, _update
+from ._ledger._paths import LedgerPaths
 from ._shell import command
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any, overload
 import orjson
 
 from ._errors import ItemError
-from ._jsonvalue import encode_item, fingerprint, unwritable_message
+from ._ledger._jsonvalue import encode_item, fingerprint, unwritable_message
 
 _SCALARS = frozenset({str, int, bool, type(None)})
 _CONTAINERS = frozenset({dict, list})

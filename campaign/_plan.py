@@ -11,17 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _document, _records, _storeload, _update
 from ._array._workdir import fragment_files, merge_fragments, overlay
 from ._campaign import Campaign, more_refused_message, refused_message
 from ._errors import LedgerError
 from ._items import ItemSelection, PreparedItems
-from ._jsonvalue import changed_fields
-from ._ledger import Ledger
-from ._paths import LedgerPaths
-from ._scan import Scan
-from ._status import ACCEPTED, PENDING
-from ._store import RecordStore
+from ._ledger import _document, _records, _storeload, _update
+from ._ledger._driver import Ledger
+from ._ledger._jsonvalue import changed_fields
+from ._ledger._paths import LedgerPaths
+from ._ledger._scan import Scan
+from ._ledger._status import ACCEPTED, PENDING
+from ._ledger._store import RecordStore
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def nothing_to_run(path: str | os.PathLike[str], prepared: PreparedItems) -> Cam
 
 def _accepted_loaded(path: Path, prepared: PreparedItems) -> Mapping[str, Any] | None:
     """`nothing_to_run`'s records from the whole document (the journal and the array
-    fragments merged; read a block at a time, `campaign._storeload`), the journal then
+    fragments merged; read a block at a time, `campaign._ledger._storeload`), the journal then
     compacted into the file; None if an item is not accepted with its fingerprint."""
     doc, state = _storeload.load(path)
     tasks = overlay(doc, path)["tasks"]
@@ -151,9 +151,9 @@ def _accepted_loaded(path: Path, prepared: PreparedItems) -> Mapping[str, Any] |
 
 def _accepted_scanned(path: Path, prepared: PreparedItems, *, keep: bool = True
                       ) -> RecordStore | None:
-    """`nothing_to_run`'s records, read a block at a time (`campaign._scan.Scan` with ``as_bytes``,
-    checked as `campaign.read_ledger` checks them) and kept as their bytes (none without
-    ``keep``), the items' tasks only; None as soon as one is not accepted with its item's
+    """`nothing_to_run`'s records, read a block at a time (`campaign._ledger._scan.Scan` with
+    ``as_bytes``, checked as `campaign.read_ledger` checks them) and kept as their bytes (none
+    without ``keep``), the items' tasks only; None as soon as one is not accepted with its item's
     fingerprint, or if one is missing. It stops at the first task still to run."""
     ids = prepared.task_ids
     found = bytearray(len(ids))

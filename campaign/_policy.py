@@ -30,10 +30,10 @@ from typing import Any
 
 from schedulers import ErrorInfo, OutcomeKind
 
-from . import _records
 from ._errors import ResultError
-from ._jsonvalue import encode_result
-from ._status import ACCEPTED, FAILED, INTERRUPTED
+from ._ledger import _records
+from ._ledger._jsonvalue import encode_result
+from ._ledger._status import ACCEPTED, FAILED, INTERRUPTED
 
 #: The limits' defaults, for every caller that takes them (`checkpointed_map`, `run_worker`,
 #: `campaign run` and its spec).

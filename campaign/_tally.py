@@ -1,7 +1,7 @@
 """What `campaign status` (and the summary of `campaign report`) counts in a ledger's records.
 
-The records stream by a chunk at a time (`campaign._scan`) with their `Columns`; `Tally` adds
-each chunk up with C-level operations over the columns (sums, counts, minima), and looks at
+The records stream by a chunk at a time (`campaign._ledger._scan`) with their `Columns`; `Tally`
+adds each chunk up with C-level operations over the columns (sums, counts, minima), and looks at
 single records only for the few that need more: failed and running tasks, retried ones. No
 record is kept. `SubmissionTally` counts what a `campaign submit` run's job array did.
 """
@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from . import _ownership
-from ._schema import Columns, columns
-from ._status import ACCEPTED, FAILED, RUNNING, RunStatus, Status
+from ._ledger import _ownership
+from ._ledger._schema import Columns, columns
+from ._ledger._status import ACCEPTED, FAILED, RUNNING, RunStatus, Status
 
 #: While a run is live and longer than this, throughput is measured over its last this-many s.
 WINDOW = 300.0
@@ -28,7 +28,7 @@ _ENDED = frozenset({ACCEPTED, FAILED})
 
 class Tally:
     """What `campaign status` counts, added up chunk by chunk of records (`add`), so that a
-    ledger is summarized while it streams by (`campaign._scan`) and no record is kept."""
+    ledger is summarized while it streams by (`campaign._ledger._scan`) and no record is kept."""
 
     def __init__(self, runs: list[dict[str, Any]], now: float):
         self.now = now
@@ -183,7 +183,7 @@ def last_run_facts(last: dict[str, Any], doc: dict[str, Any], now: float, active
     the last `WINDOW` seconds of a long live run, else over its span -- from its start (a run
     of `campaign run`) or its first attempt's start (a submission: elements may wait in the
     queue), to now while it is live, else to its end (a submission: its last task's end)."""
-    from ._atomic import HOST, pid_alive
+    from ._ledger._atomic import HOST, pid_alive
 
     submitted = last.get("status") == RunStatus.SUBMITTED
     alive = None

@@ -21,8 +21,8 @@ from typing import Any
 
 import orjson
 
-from .._atomic import atomic_write
-from .._exclusive import create_exclusive
+from .._ledger._atomic import atomic_write
+from .._ledger._exclusive import create_exclusive
 from .._signals import block_stop_signals
 from . import _skew
 from ._workdir import WorkDir, checked_root, read_json, task_key

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import _document
-from .._busy import check_free
 from .._items import PreparedItems, prepare_items
-from .._ledger import Ledger
+from .._ledger import _document
+from .._ledger._busy import check_free
+from .._ledger._driver import Ledger
+from .._ledger._status import RunStatus
 from .._plan import Plan, compare, plan
-from .._status import RunStatus
 from ._workdir import overlay, write_task_list
 
 

@@ -39,12 +39,12 @@ from typing import Any
 
 import orjson
 
-from .. import _ownership, _update
-from .._atomic import HOST, atomic_write
 from .._errors import LedgerError
-from .._paths import WORK, LedgerPaths
-from .._records import from_fragment, is_folded
-from .._status import ACCEPTED
+from .._ledger import _ownership, _update
+from .._ledger._atomic import HOST, atomic_write
+from .._ledger._paths import WORK, LedgerPaths
+from .._ledger._records import from_fragment, is_folded
+from .._ledger._status import ACCEPTED
 
 
 def task_key(task_id: str) -> str:
@@ -62,7 +62,7 @@ def ledger_of(path: Path) -> Path:
 
 def read_json(path: Path) -> Any:
     """A small JSON file of ``<ledger>.work/``, or None if it is gone or being written.
-    Raises `LedgerError` if it is not the ledger owner's (`campaign._ownership`)."""
+    Raises `LedgerError` if it is not the ledger owner's (`campaign._ledger._ownership`)."""
     try:
         return _ownership.read_json(path, ledger_of(path))
     except (FileNotFoundError, orjson.JSONDecodeError):
@@ -70,8 +70,8 @@ def read_json(path: Path) -> Any:
 
 
 def checked_root(ledger: Path) -> Path | None:
-    """``<ledger>.work/`` once checked to be the ledger owner's (`campaign._ownership`), or None
-    where it does not exist."""
+    """``<ledger>.work/`` once checked to be the ledger owner's (`campaign._ledger._ownership`), or
+    None where it does not exist."""
     root = LedgerPaths.of(ledger).work
     return root if _ownership.check_folder(root, ledger_of(root / "x")) else None
 

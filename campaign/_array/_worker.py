@@ -32,13 +32,13 @@ import filelock
 from schedulers import ErrorInfo, OutcomeKind
 from schedulers._usage import Meter
 
-from .. import _document, _ownership, _records
-from .._atomic import HOST
 from .._errors import Interrupted, LedgerError
-from .._jsonvalue import decode
+from .._ledger import _document, _ownership, _records
+from .._ledger._atomic import HOST
+from .._ledger._jsonvalue import decode
+from .._ledger._status import ACCEPTED
 from .._policy import MAX_INTERRUPTIONS, RETRIES, Limits, settle, stopped
 from .._signals import Stop, signals_raise
-from .._status import ACCEPTED
 from ._leases import Heartbeat, Leases
 from ._workdir import (
     WorkDir,

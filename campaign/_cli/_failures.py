@@ -1,6 +1,6 @@
 """``campaign failures``: every failed task with its error, and the refused tasks of the last
-run with their changed fields and the fix. The ledger streams by (`campaign._scan`): only the
-failed records are kept."""
+run with their changed fields and the fix. The ledger streams by (`campaign._ledger._scan`): only
+the failed records are kept."""
 
 from __future__ import annotations
 

@@ -56,8 +56,8 @@ def ledger_message(path: Path, message: str) -> str:
 
 def read_ledger(path: Path) -> dict[str, Any]:
     """Read and check a ledger without any lock (files are replaced atomically), or exit 2."""
-    from .._document import read
     from .._errors import LedgerError
+    from .._ledger._document import read
 
     try:
         return read(path)
@@ -67,11 +67,11 @@ def read_ledger(path: Path) -> dict[str, Any]:
 
 def scan_ledger(path: Path, *, with_leases: bool = True) -> tuple[
         dict[str, Any], Iterator[dict[str, Any]], Any]:
-    """Stream a ledger without any lock (`campaign._overlay.scan_records`): its top-level fields,
-    its checked records chunk by chunk (array fragments applied, leased tasks running) and the
-    overlay; a problem found at the start or in a later chunk exits 2."""
+    """Stream a ledger without any lock (`campaign._ledger._overlay.scan_records`): its top-level
+    fields, its checked records chunk by chunk (array fragments applied, leased tasks running) and
+    the overlay; a problem found at the start or in a later chunk exits 2."""
     from .._errors import LedgerError
-    from .._overlay import scan_records
+    from .._ledger._overlay import scan_records
 
     try:
         head, chunks, over = scan_records(path, with_leases=with_leases)

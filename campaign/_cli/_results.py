@@ -1,7 +1,7 @@
 """``campaign results``: the accepted results of a ledger as CSV, JSON or JSON Lines.
 
-The output is written as the ledger streams by (`campaign._scan`), a batch of rows at a time:
-nothing holds every row. CSV reads the ledger twice (its header names every column, so the
+The output is written as the ledger streams by (`campaign._ledger._scan`), a batch of rows at a
+time: nothing holds every row. CSV reads the ledger twice (its header names every column, so the
 first pass finds them); a bad record is then refused before any row is written. JSON and JSON
 Lines read it once; a bad record in a later chunk stops the output there with exit 2 (with
 ``--output``, the file is left as it was)."""
@@ -96,7 +96,7 @@ def results_command(ledger: Path, fmt: str | None, output: Path | None, with_ite
 def _write_file(output: Path, lines: Iterator[bytes]) -> None:
     """Write the output as it is made to a temporary file beside ``output``, then replace
     ``output`` by it (atomically, durably); on any error nothing is left behind."""
-    from .._atomic import fsync_dir, tmp_name
+    from .._ledger._atomic import fsync_dir, tmp_name
 
     target = Path(os.path.realpath(output))
     try:

@@ -5,7 +5,7 @@ writes the same ledger and on a copy taken to another machine. Array workers' fr
 merged are counted, and the tasks they hold are listed as running with their array element.
 A run made by `campaign submit` is shown as its job array: the state of every element (one
 ``squeue`` call), the tasks each one holds and has ended. Fast on large ledgers, in bounded
-memory: the records stream by in chunks (`campaign._scan`), each counted and dropped.
+memory: the records stream by in chunks (`campaign._ledger._scan`), each counted and dropped.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import orjson
 from .._array._skew import FRACTION, skewed
 from .._format import duration, plural, rate, timestamp
 from .._jobs import any_active, job_array_states
-from .._schema import Columns
+from .._ledger._schema import Columns
+from .._ledger._status import RunStatus, Status
 from .._shell import command
-from .._status import RunStatus, Status
 from .._tally import STATUSES, SubmissionTally, Tally
 from ._exits import BadInput
 from ._options import ledger_argument, verbose_option
@@ -101,11 +101,11 @@ def status_command(ledger: Path, as_json: bool, tasks_of: str | None) -> int:
 
 def scan_blocks(path: Path) -> tuple[dict[str, Any], Iterator[tuple[dict[str, Any], Columns]],
                                      Any]:
-    """Stream a ledger without any lock (`campaign._overlay.scan_columns`): its top-level fields,
-    its checked records and their columns chunk by chunk (array fragments applied, leased
+    """Stream a ledger without any lock (`campaign._ledger._overlay.scan_columns`): its top-level
+    fields, its checked records and their columns chunk by chunk (array fragments applied, leased
     tasks running) and the overlay; a problem found at the start or in a later chunk exits 2."""
     from .._errors import LedgerError
-    from .._overlay import scan_columns
+    from .._ledger._overlay import scan_columns
 
     try:
         head, blocks, over = scan_columns(path, typed=True)

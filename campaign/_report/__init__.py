@@ -38,7 +38,7 @@ def write_report(ledger: str | os.PathLike[str], output: str | os.PathLike[str],
     ``now``: the time the page is written for (default: the current time); it ends the bars
     of running attempts and dates the ETA. Raises `campaign.LedgerError` when the ledger cannot
     be read, and `OSError` when the page cannot be written."""
-    from .._atomic import atomic_write
+    from .._ledger._atomic import atomic_write
     from ._data import load
     from ._page import render
 

@@ -1,10 +1,10 @@
 """The columns `campaign report` plots, taken from a ledger as it streams by.
 
-The ledger is read chunk by chunk (`campaign._scan`: each chunk checked as `campaign.read_ledger`
-checks the whole file, array workers' fragments not merged yet applied, the tasks their live
-leases hold shown running, as `campaign status` does). Of each chunk only the fields the page
-shows are kept, as numpy columns (one C-level pass per chunk, no per-record Python function);
-the records themselves are dropped, so a million records need a few hundred MB, not the
+The ledger is read chunk by chunk (`campaign._ledger._scan`: each chunk checked as
+`campaign.read_ledger` checks the whole file, array workers' fragments not merged yet applied, the
+tasks their live leases hold shown running, as `campaign status` does). Of each chunk only the
+fields the page shows are kept, as numpy columns (one C-level pass per chunk, no per-record Python
+function); the records themselves are dropped, so a million records need a few hundred MB, not the
 several GB of the parsed file.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .._schema import Columns, columns
-from .._status import Status
+from .._ledger._schema import Columns, columns
+from .._ledger._status import Status
 from . import MAX_POINTS as MAX_POINTS
 from . import MAX_TASK_ROWS
 from ._numeric import Numeric, floats, item_axis, numeric_columns, row_values
@@ -33,9 +33,10 @@ PENDING, RUNNING, ACCEPTED, FAILED, INTERRUPTED = (CODE[s] for s in STATUSES)
 #: Per-attempt resource fields (absent from ledgers written before they were recorded).
 RESOURCES = ("cpu_s", "peak_rss_bytes", "gpu_peak_bytes")
 _RESOURCE_ATTRS = attrgetter(*RESOURCES)
-#: Bytes of the ledger read at a time: four times the scan's default (`campaign._scan.BLOCK`),
-#: as each block's records cost the report numpy calls and passes of their own. On a million
-#: records, `campaign report` took about 13 % less CPU time than with 64 KB blocks.
+#: Bytes of the ledger read at a time: four times the scan's default
+#: (`campaign._ledger._scan.BLOCK`), as each block's records cost the report numpy calls and passes
+#: of their own. On a million records, `campaign report` took about 13 % less CPU time than with 64
+#: KB blocks.
 BLOCK = 256 << 10
 #: The first line of an error message is kept up to this many characters.
 MESSAGE_CHARS = 200
@@ -93,12 +94,12 @@ class Data:
 
 def load(path: Path, now: float) -> Data:
     """Read the ledger at ``path`` (with its array fragments and leases) into `Data`."""
-    from .._overlay import scan_columns
+    from .._ledger._overlay import scan_columns
     from .._tally import Tally
 
     gc.disable()  # a chunk parses into many objects, none of them cyclic
     try:
-        # typed: records parsed into `campaign._typed.Record`s, checked as they are parsed
+        # typed: records parsed into `campaign._ledger._typed.Record`s, checked as they are parsed
         head, blocks, over = scan_columns(path, block=BLOCK, typed=True)
         tally = Tally(head["runs"], now)
         taken = _Columns(now, over.held)
@@ -127,8 +128,9 @@ def _array_active(head: dict[str, Any]) -> bool:
 
 
 def _resources(recs: list[Any]) -> list[tuple[Any, ...]]:
-    """The RESOURCES of records (dicts, or the scan's typed records: `campaign._typed.Record`,
-    whose absent fields are ``msgspec.UNSET``, which `floats` reads as nan), one tuple each."""
+    """The RESOURCES of records (dicts, or the scan's typed records:
+    `campaign._ledger._typed.Record`, whose absent fields are ``msgspec.UNSET``, which `floats`
+    reads as nan), one tuple each."""
     if not recs or type(recs[0]) is dict:
         return row_values(recs, list(RESOURCES))
     return list(zip(*map(_RESOURCE_ATTRS, recs)))

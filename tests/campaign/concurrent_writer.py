@@ -14,7 +14,7 @@ import sys
 import time
 
 from campaign import Ledger
-from campaign._records import finished, started
+from campaign._ledger._records import finished, started
 
 
 def main() -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from campaign import checkpointed_map
-from campaign import _scan
-from campaign._storeload import load
+from campaign._ledger import _scan
+from campaign._ledger._storeload import load
 
 
 def one_big_item(tmp_path, mb: int):

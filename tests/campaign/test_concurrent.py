@@ -10,7 +10,7 @@ from testkit import PYTHON, child_env
 
 from campaign import Ledger, read_ledger
 from campaign._items import prepare_items
-from campaign._records import new_record
+from campaign._ledger._records import new_record
 
 WRITER = Path(__file__).with_name("concurrent_writer.py")
 N = 1000

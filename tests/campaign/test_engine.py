@@ -19,7 +19,7 @@ import pytest
 from testkit import PATIENCE, PYTHON, child_env, wait_until
 
 from campaign import DriverBusyError, Interrupted, LedgerError, checkpointed_map, read_ledger
-from campaign._records import new_record
+from campaign._ledger._records import new_record
 from schedulers import Outcome, OutcomeKind, Placement, Scheduler, Started
 
 

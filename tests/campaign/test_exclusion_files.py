@@ -1,6 +1,7 @@
-"""The files that exclude without ``flock`` (campaign/_exclusive.py, campaign/_owner_lease.py,
-campaign/_ledger_lock.py), on a local disk: how a lease or lock held by another host, by a dead process of this host, or by
-a live one is judged. The two-node tests are in tests/sharedfs/test_exclusion.py."""
+"""The files that exclude without ``flock`` (campaign/_ledger/_exclusive.py,
+campaign/_ledger/_owner_lease.py, campaign/_ledger/_ledger_lock.py), on a local disk: how a lease or
+lock held by another host, by a dead process of this host, or by a live one is judged. The two-node
+tests are in tests/sharedfs/test_exclusion.py."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ import pytest
 from filelock import Timeout
 
 from campaign import DriverBusyError, Ledger, checkpointed_map, read_ledger
-from campaign._ledger_lock import LOCK_LEASE, LedgerLock
-from campaign._exclusive import identity
-from campaign._owner_lease import CLEANUP_AGE
+from campaign._ledger._ledger_lock import LOCK_LEASE, LedgerLock
+from campaign._ledger._exclusive import identity
+from campaign._ledger._owner_lease import CLEANUP_AGE
 from testkit import PYTHON
 
 

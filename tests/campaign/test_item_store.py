@@ -14,7 +14,7 @@ import pytest
 
 from campaign import checkpointed_map, read_ledger
 from campaign._items import prepare_items
-from campaign._jsonvalue import encode_item, fingerprint
+from campaign._ledger._jsonvalue import encode_item, fingerprint
 from campaign._taskqueue import TaskQueue
 
 

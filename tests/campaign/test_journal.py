@@ -21,11 +21,11 @@ import pytest
 from testkit import PATIENCE, PYTHON, child_env
 
 from campaign import Ledger, checkpointed_map, read_ledger
-from campaign._document import dumps, new_document
-from campaign._jsonvalue import fingerprint
-from campaign._paths import LedgerPaths
-from campaign._records import finished, new_record, started
-from campaign._update import update
+from campaign._ledger._document import dumps, new_document
+from campaign._ledger._jsonvalue import fingerprint
+from campaign._ledger._paths import LedgerPaths
+from campaign._ledger._records import finished, new_record, started
+from campaign._ledger._update import update
 
 DATA = Path(__file__).with_name("ledger_data")
 
@@ -90,9 +90,9 @@ def test_each_commit_is_a_journal_line_merged_by_readers(ledger):
 def test_a_file_compacted_while_its_journal_is_read_is_read_again(ledger, monkeypatch, reader):
     """A compaction between a reader's read of the file and of its journal (a new file, the
     journal gone): the reader reads the new file again, so no outcome of the old journal is
-    lost. Every reader of the ledger reads through `campaign._document.with_journal`."""
-    from campaign import _journal
-    from campaign._scan import Scan
+    lost. Every reader of the ledger reads through `campaign._ledger._document.with_journal`."""
+    from campaign._ledger import _journal
+    from campaign._ledger._scan import Scan
 
     file, journal, compacted = killed_driver(ledger, [["a"], ["b", "c"]])
     restore(ledger, file, journal)
@@ -124,7 +124,7 @@ def test_a_torn_last_line_is_ignored_with_a_warning_and_the_lines_before_kept(le
     for cut in (last + 1, last + 9, len(journal) - 1):  # a crash during the last append
         restore(ledger, file, journal[:cut])
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="campaign._journal"):
+        with caplog.at_level(logging.WARNING, logger="campaign._ledger._journal"):
             tasks = read_ledger(ledger)["tasks"]
         assert {t: r["status"] for t, r in tasks.items()} == {"a": "accepted", "b": "accepted"}
         assert any("line 3 is not whole" in r.getMessage() and r.levelno == logging.WARNING
@@ -137,7 +137,7 @@ def test_a_corrupt_line_ends_the_journal_with_a_warning(ledger, caplog):
     bad = bytearray(lines[1])
     bad[len(bad) // 2] ^= 0x01  # one flipped bit: the checksum no longer matches
     restore(ledger, file, b"".join(lines[:1] + [bytes(bad)] + lines[2:]))
-    with caplog.at_level(logging.WARNING, logger="campaign._journal"):
+    with caplog.at_level(logging.WARNING, logger="campaign._ledger._journal"):
         tasks = read_ledger(ledger)["tasks"]
     assert {t: r["status"] for t, r in tasks.items()} == {"a": "accepted"}  # c comes after b's line
     assert "line 2 is corrupt" in caplog.text
@@ -159,8 +159,8 @@ def _applied_by_hand(file: bytes, lines: list[bytes]) -> dict[str, Any]:
 def test_the_journal_reader_gives_the_same_lines_as_dicts_and_as_bytes(ledger, caplog, keep):
     """`_journal.read` applies the lines in order (a task's newest record, new tasks in the
     order they first appear), as dicts or as bytes alike, and counts every byte it read."""
-    from campaign import _journal
-    from campaign._store import RecordStore
+    from campaign._ledger import _journal
+    from campaign._ledger._store import RecordStore
 
     file, journal, _ = killed_driver(ledger, [["b", "a"], ["c", "b"], ["a", "d"]])
     lines = journal.splitlines(keepends=True)
@@ -168,7 +168,7 @@ def test_the_journal_reader_gives_the_same_lines_as_dicts_and_as_bytes(ledger, c
     restore(ledger, file, data)
     want = _applied_by_hand(file, lines[:keep])
     generation = orjson.loads(file)["generation"]
-    with caplog.at_level(logging.WARNING, logger="campaign._journal"):
+    with caplog.at_level(logging.WARNING, logger="campaign._ledger._journal"):
         plain = _journal.read(ledger, generation)
         held = _journal.read(ledger, generation, as_bytes=True)
     assert isinstance(held.records, RecordStore) and type(plain.records) is dict

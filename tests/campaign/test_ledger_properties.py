@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from campaign import Ledger, checkpointed_map, read_ledger
-from campaign._atomic import HOST
-from campaign._document import dumps, new_document
-from campaign._jsonvalue import fingerprint
-from campaign._paths import LedgerPaths
-from campaign._records import finished, new_record, started
-from campaign._store import RecordStore
-from campaign._update import update
+from campaign._ledger._atomic import HOST
+from campaign._ledger._document import dumps, new_document
+from campaign._ledger._jsonvalue import fingerprint
+from campaign._ledger._paths import LedgerPaths
+from campaign._ledger._records import finished, new_record, started
+from campaign._ledger._store import RecordStore
+from campaign._ledger._update import update
 
 TASKS = ("a", "b", "c", "d")
 outcomes = st.fixed_dictionaries({t: st.sampled_from(["ok", "ok", "fail", "interrupt"])

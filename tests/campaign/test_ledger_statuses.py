@@ -1,9 +1,9 @@
 """docs/ledger.md's statuses, the enums and the schema checked on load name the same values.
 
 The status of a task record and of a run are each named in three places: the tables of
-docs/ledger.md (the specification), `Status` / `RunStatus` (campaign/_status.py), and the schema
-every read checks (campaign/_records.py). These tests read the page and the files a reader
-checks, so a status added to one of them and not the others fails here.
+docs/ledger.md (the specification), `Status` / `RunStatus` (campaign/_ledger/_status.py), and the
+schema every read checks (campaign/_ledger/_records.py). These tests read the page and the files a
+reader checks, so a status added to one of them and not the others fails here.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import orjson
 import pytest
 
 from campaign import LedgerError, RunStatus, Status, read_ledger
-from campaign._jsonvalue import fingerprint
-from campaign._records import new_record
-from campaign._schema import RECORD_FIELDS, RUN_FIELDS, RUN_STATUSES
+from campaign._ledger._jsonvalue import fingerprint
+from campaign._ledger._records import new_record
+from campaign._ledger._schema import RECORD_FIELDS, RUN_FIELDS, RUN_STATUSES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ledger.md"
 TASK_STATUSES = {s.value for s in Status}

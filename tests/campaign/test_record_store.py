@@ -1,13 +1,13 @@
-"""Records held as bytes (campaign/_store.py): what a user reads back is what was stored."""
+"""Records held as bytes (campaign/_ledger/_store.py): what a user reads back is what was stored."""
 
 from __future__ import annotations
 
 import orjson
 
 from campaign import checkpointed_map, read_ledger
-from campaign._document import dumps, new_document
-from campaign._records import new_record
-from campaign._store import CHUNK, RecordStore
+from campaign._ledger._document import dumps, new_document
+from campaign._ledger._records import new_record
+from campaign._ledger._store import CHUNK, RecordStore
 
 
 def _record(i: int, status: str = "pending") -> dict:

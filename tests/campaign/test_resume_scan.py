@@ -1,7 +1,7 @@
-"""A driver's resume reads its ledger a block at a time (`campaign._storeload`): the records it
-holds, the runs, the take-over of a dead driver's leftovers and the errors are those of the
-whole-document load (`campaign._document.load`), whatever the file, its journal and the array
-fragments beside it hold, and wherever the blocks are cut."""
+"""A driver's resume reads its ledger a block at a time (`campaign._ledger._storeload`): the records
+it holds, the runs, the take-over of a dead driver's leftovers and the errors are those of the
+whole-document load (`campaign._ledger._document.load`), whatever the file, its journal and the
+array fragments beside it hold, and wherever the blocks are cut."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from campaign import Ledger, _document, _journal, _runs, _storeload, checkpointed_map
+from campaign import Ledger, checkpointed_map
+from campaign._ledger import _document, _journal, _runs, _storeload
 from campaign._array._workdir import absorb_fragments
 from campaign._errors import LedgerError
-from campaign._jsonvalue import fingerprint
-from campaign._paths import LedgerPaths
-from campaign._records import finished, new_record, started
-from campaign._store import RecordStore
+from campaign._ledger._jsonvalue import fingerprint
+from campaign._ledger._paths import LedgerPaths
+from campaign._ledger._records import finished, new_record, started
+from campaign._ledger._store import RecordStore
 
 STATUSES = ("pending", "running", "accepted", "failed", "interrupted")
 

@@ -14,7 +14,7 @@ import time
 from testkit import PYTHON, child_env
 
 from campaign import checkpointed_map, read_ledger
-from campaign._atomic import HOST, TMP_MARK
+from campaign._ledger._atomic import HOST, TMP_MARK
 
 
 def square(item):
@@ -66,7 +66,7 @@ def test_a_killed_forgets_temporary_backup_is_removed(tmp_path):
 STUCK_IN_THE_LOCK = """
 import os, sys, time
 from pathlib import Path
-from campaign._update import update
+from campaign._ledger._update import update
 
 def stuck(*args, **kwargs):  # between the owner file's temporary file and its link
     Path(sys.argv[2]).touch()

@@ -18,7 +18,7 @@ from testkit import PYTHON, ROOT, child_env, wait_until
 from campaign import checkpointed_map, read_ledger
 from campaign._array._plan import plan_submission
 from campaign._array._workdir import WorkDir, task_key
-from campaign._paths import LedgerPaths
+from campaign._ledger._paths import LedgerPaths
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 

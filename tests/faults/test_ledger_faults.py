@@ -22,8 +22,8 @@ from cli_data.cli_helpers import campaign
 from testkit import PYTHON, child_env, wait_until
 
 from campaign import DriverBusyError, ItemError, Ledger, LedgerError, checkpointed_map, read_ledger
-from campaign._jsonvalue import fingerprint
-from campaign._records import new_record, started
+from campaign._ledger._jsonvalue import fingerprint
+from campaign._ledger._records import new_record, started
 
 HERE = Path(__file__).resolve().parent
 NOT_UTF8 = os.fsdecode(b"caf\xe9")  # what a file name in Latin-1 becomes: 'caf\udce9'

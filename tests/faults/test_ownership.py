@@ -23,8 +23,8 @@ from testkit import PYTHON, child_env, require
 
 from campaign import LedgerError, checkpointed_map, read_ledger
 from campaign._array._workdir import task_key
-from campaign._journal import encode
-from campaign._paths import LedgerPaths
+from campaign._ledger._journal import encode
+from campaign._ledger._paths import LedgerPaths
 
 STRANGER = "diffsoup-stranger"
 SHARE = "diffsoup-share"

@@ -65,7 +65,7 @@ def driver(ledger: str, calls: str, go: str, n: str, pause: str) -> int:
 def claim(ledger: str, submission: str, go: str, out: str, seconds: str) -> int:
     from campaign._array._leases import Leases
     from campaign._array._workdir import WorkDir, task_list_path
-    from campaign._atomic import HOST
+    from campaign._ledger._atomic import HOST
 
     work = WorkDir(Path(ledger), submission)
     leases = Leases(work, lease_seconds=float(seconds))

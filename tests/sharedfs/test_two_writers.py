@@ -21,11 +21,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from campaign import Ledger, _commit, _document, read_ledger
-from campaign._atomic import atomic_write
-from campaign._update import update
-from campaign._jsonvalue import fingerprint
-from campaign._records import finished, new_record, started
+from campaign import Ledger, read_ledger
+from campaign._ledger import _commit, _document
+from campaign._ledger._atomic import atomic_write
+from campaign._ledger._update import update
+from campaign._ledger._jsonvalue import fingerprint
+from campaign._ledger._records import finished, new_record, started
 
 DRIVER_TASKS = ("a1", "a2", "a3")
 OTHER_TASKS = ("b1", "b2")
@@ -84,7 +85,7 @@ class TwoWriters(RuleBasedStateMachine):
 
     def check_soon(self):
         """`check`, once the idle driver has had time to notice the file replaced (it looks
-        every `campaign._commit.IDLE_CHECK` seconds; 0.01 s here)."""
+        every `campaign._ledger._commit.IDLE_CHECK` seconds; 0.01 s here)."""
         deadline = time.monotonic() + 10.0
         while True:
             try:

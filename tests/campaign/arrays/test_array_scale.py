@@ -24,7 +24,7 @@ from campaign import read_ledger
 from campaign._array._plan import plan_submission
 from campaign._array._workdir import fragment_files, merge_fragments
 from campaign._array._worker import run_worker
-from campaign._paths import LedgerPaths
+from campaign._ledger._paths import LedgerPaths
 
 CLAIMERS = 20
 TASKS = 2000
@@ -108,7 +108,7 @@ def test_claimers_in_processes_run_each_task_once(tmp_path):
 
 _HOLDER = """
 import sys
-from campaign import _document
+from campaign._ledger import _document
 lock = _document.file_lock(sys.argv[1])
 lock.acquire()
 print("held", flush=True)
@@ -160,7 +160,7 @@ def test_a_fragment_merged_away_before_its_write_returns_does_not_stop_the_worke
         tmp_path, monkeypatch):
     """Other workers' merges may apply and then remove a fragment between its rename and the
     end of its write (seen at 100 claimers): the worker goes on, and each task runs once."""
-    from campaign import _atomic
+    from campaign._ledger import _atomic
 
     ledger = tmp_path / "ledger.json"
     sub = plan_submission([{"task_id": f"t{i:02d}", "x": i} for i in range(5)],

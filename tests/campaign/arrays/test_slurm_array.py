@@ -18,7 +18,7 @@ import pytest
 from testkit import PATIENCE, PYTHON, ROOT, child_env, require, wait_until
 
 from campaign import SubmitError, read_ledger, submit_array
-from campaign._paths import LedgerPaths
+from campaign._ledger._paths import LedgerPaths
 from schedulers import slurm
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"

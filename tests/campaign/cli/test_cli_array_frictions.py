@@ -24,7 +24,7 @@ from cli_data.cli_helpers import (
 )
 from testkit import PATIENCE, ROOT, require, wait_until
 
-from campaign._paths import LedgerPaths
+from campaign._ledger._paths import LedgerPaths
 from schedulers import slurm
 
 TASK = ROOT / "tests" / "array_data" / "array_task.py"

@@ -45,7 +45,7 @@ def _small_ledger(tmp_path, n=3000):
 
 
 def _scanned(path, block):
-    from campaign._scan import Scan
+    from campaign._ledger._scan import Scan
 
     out, chunks = {}, 0
     scan = Scan(path, block=block)
@@ -68,7 +68,8 @@ def test_scan_in_small_blocks_gives_what_read_ledger_gives(tmp_path):
 
 def test_scan_of_records_whose_strings_look_like_a_record_boundary(tmp_path):
     """A cut between two records is found by a pattern; one inside a string must not fool it."""
-    from campaign import _document, read_ledger
+    from campaign import read_ledger
+    from campaign._ledger import _document
 
     ledger = _small_ledger(tmp_path, 400)
     doc = read_ledger(ledger)
@@ -94,8 +95,9 @@ def test_scan_of_a_pretty_printed_ledger_reads_it_whole(tmp_path):
 def test_scan_merges_the_journal(tmp_path):
     """Lines of the file's generation replace records and add new ones (after the others);
     a line of another generation is skipped, as `campaign.read_ledger` does."""
-    from campaign import _journal, read_ledger
-    from campaign._paths import LedgerPaths
+    from campaign import read_ledger
+    from campaign._ledger import _journal
+    from campaign._ledger._paths import LedgerPaths
 
     ledger = _small_ledger(tmp_path, 500)
     doc = read_ledger(ledger)
@@ -117,7 +119,8 @@ def test_scan_merges_the_journal(tmp_path):
 
 
 def test_status_refuses_a_bad_field_in_the_last_chunk_naming_task_and_field(tmp_path):
-    from campaign import _document, read_ledger
+    from campaign import read_ledger
+    from campaign._ledger import _document
     from campaign._errors import LedgerError
 
     ledger = _small_ledger(tmp_path, 3000)
@@ -142,7 +145,8 @@ def test_results_written_as_they_stream_match_the_whole_ledger(tmp_path, fmt):
     import csv
     import io
 
-    from campaign import _document, read_ledger
+    from campaign import read_ledger
+    from campaign._ledger import _document
     from campaign._cli._results import result_rows
 
     ledger = tmp_path / "big.json"
@@ -181,9 +185,10 @@ def test_scan_applies_unmerged_fragments_as_overlay_does(tmp_path):
     task only a fragment knows, and superseded attempts: one the ledger's accepted record keeps
     in its history, one nothing newer replaced) stream by as `campaign._array._workdir.overlay`
     gives them."""
-    from campaign import _document, _records, read_ledger
+    from campaign import read_ledger
+    from campaign._ledger import _document, _records
     from campaign._array._workdir import WorkDir, overlay
-    from campaign._overlay import scan_records
+    from campaign._ledger._overlay import scan_records
 
     ledger = _small_ledger(tmp_path, 2000)
     doc = read_ledger(ledger)
@@ -247,7 +252,7 @@ def test_the_chunk_check_accepts_only_what_the_record_check_accepts(tmp_path):
     import random
 
     from campaign import read_ledger
-    from campaign._schema import record_problem, valid_columns
+    from campaign._ledger._schema import record_problem, valid_columns
 
     recs = list(read_ledger(_small_ledger(tmp_path, 1000))["tasks"].values())
     assert valid_columns(recs) is not None
@@ -290,7 +295,7 @@ def _odd_submitted_ledger(tmp_path):
     """A submitted run's ledger with every status, failures and odd-but-valid records (no end
     recorded, integer times, workers of another job or none, keys the tables do not list), and
     the task list of the submission (every task but the first ten)."""
-    from campaign import _document
+    from campaign._ledger import _document
     from campaign._array._workdir import write_task_list
 
     ledger = _small_ledger(tmp_path, 2500)
@@ -318,7 +323,7 @@ def test_streamed_submission_facts_match_a_plain_count_of_json_load(tmp_path):
     columns, the submission's tasks by array element) equals a plain count over `json.load`'s
     records, one record at a time."""
     from campaign._cli._status import summarize
-    from campaign._overlay import scan_columns
+    from campaign._ledger._overlay import scan_columns
     from campaign._tally import SubmissionTally, Tally
 
     ledger = _odd_submitted_ledger(tmp_path)

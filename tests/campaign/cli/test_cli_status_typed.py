@@ -1,4 +1,4 @@
-"""`campaign status` reads a ledger with the typed parse (`campaign._typed`,
+"""`campaign status` reads a ledger with the typed parse (`campaign._ledger._typed`,
 `Scan.typed_blocks`): the same chunks, columns and facts as the plain scan (`Scan.blocks`), and
 every ledger the plain scan refuses is refused with the same `LedgerError`, naming the task and
 the field."""
@@ -15,13 +15,14 @@ from cli_data.cli_helpers import campaign
 from test_cli_status_large import load_benchmark
 from testkit import PATIENCE, PYTHON, child_env
 
-from campaign import _document, _journal, _records, read_ledger
+from campaign import read_ledger
+from campaign._ledger import _document, _journal, _records
 from campaign._errors import LedgerError
-from campaign._overlay import scan_columns
-from campaign._paths import LedgerPaths
-from campaign._schema import COLUMNS, RECORD_FIELDS, record_problem
-from campaign._status import Status
-from campaign._typed import Invalid, Record, StatusName, decode
+from campaign._ledger._overlay import scan_columns
+from campaign._ledger._paths import LedgerPaths
+from campaign._ledger._schema import COLUMNS, RECORD_FIELDS, record_problem
+from campaign._ledger._status import Status
+from campaign._ledger._typed import Invalid, Record, StatusName, decode
 from schedulers._usage import FIELDS as RESOURCE_FIELDS
 
 
@@ -78,9 +79,9 @@ def test_the_typed_record_declares_the_schemas_fields_and_where_null_is_allowed(
 
 _NEW_FIELD = r"""
 import sys
-from campaign import _schema
+from campaign._ledger import _schema
 _schema.RECORD_FIELDS["{key}"] = ({kinds}, "new")
-from campaign import _typed
+from campaign._ledger import _typed
 print(_typed.Record.__struct_fields__)
 print(_typed.decode(sys.stdin.buffer.read()))
 """

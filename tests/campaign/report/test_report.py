@@ -24,7 +24,7 @@ from testkit import PYTHON, ROOT, child_env, require, wait_until
 
 from campaign import LedgerError, checkpointed_map, read_ledger, write_report
 from campaign._array._plan import plan_submission
-from campaign._paths import LedgerPaths
+from campaign._ledger._paths import LedgerPaths
 
 DATA = Path(__file__).with_name("report_data")
 #: Waits (in the page) until bokeh has built and finished a view of every root, then describes
@@ -243,10 +243,10 @@ def test_100k_tasks_are_sampled_and_the_page_stays_small(tmp_path):
 
 
 def test_typed_records_give_the_columns_plain_records_give(tmp_path, monkeypatch):
-    """The report reads the scan's typed records (`campaign._typed.Record`) where it gives them:
-    every column of the page's data is the one taken from the same records as plain dicts,
+    """The report reads the scan's typed records (`campaign._ledger._typed.Record`) where it gives
+    them: every column of the page's data is the one taken from the same records as plain dicts,
     also where records lack the per-attempt resource fields (pending ones; every third one)."""
-    from campaign import _overlay
+    from campaign._ledger import _overlay
     from campaign._report import _data
 
     ledger = tmp_path / "mixed.json"

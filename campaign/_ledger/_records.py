@@ -174,7 +174,7 @@ def from_fragment(have: dict[str, Any] | None, rec: dict[str, Any]) -> dict[str,
     folded in (`fold_superseded`); any other record is merged (`merge`) unless ``have`` holds
     a newer attempt or another item (the task was forgotten and planned anew: its fingerprint
     differs), which is kept as it is. The one rule for merging fragments into the ledger and
-    for showing them before they are merged (`campaign._overlay`)."""
+    for showing them before they are merged (`campaign._ledger._overlay`)."""
     same_item = have is None or have["fingerprint"] == rec.get("fingerprint")
     if rec.get("superseded"):
         return fold_superseded(have, rec) if same_item else have

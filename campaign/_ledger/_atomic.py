@@ -11,7 +11,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from ._errors import LedgerWriteError
+from .._errors import LedgerWriteError
 
 HOST = socket.gethostname()
 TMP_MARK = ".tmp-"

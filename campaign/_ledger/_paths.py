@@ -1,10 +1,11 @@
 """The files of one ledger, named once (`LedgerPaths`): the ledger file, symlinks resolved, and
 the files and folder beside it that every lock, write and reader acts on (docs/ledger.md).
 
-- ``<ledger>.lock``: the lock of every read-merge-write (`campaign._ledger_lock`);
-- ``<ledger>.journal``: the commits appended between whole-file writes (`campaign._journal`);
+- ``<ledger>.lock``: the lock of every read-merge-write (`campaign._ledger._ledger_lock`);
+- ``<ledger>.journal``: the commits appended between whole-file writes
+(`campaign._ledger._journal`);
 - ``<ledger>.driver``: the ``flock`` a driver holds for its run, and ``<ledger>.driver.<n>``
-  its lease (`campaign._owner_lease`);
+  its lease (`campaign._ledger._owner_lease`);
 - ``<ledger>.work/``: the job arrays' folder (`campaign._array._workdir`).
 """
 

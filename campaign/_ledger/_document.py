@@ -17,8 +17,8 @@ from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
+from .._errors import LedgerError
 from . import _journal
-from ._errors import LedgerError
 from ._ledger_lock import LedgerLock
 from ._paths import LedgerPaths
 from ._schema import MISSING, records_problem, run_problem
@@ -34,7 +34,7 @@ LOCK_TIMEOUT = 120.0
 def file_lock(path: str | os.PathLike[str] | LedgerPaths) -> LedgerLock:
     """The inter-process lock every read-merge-write of ``path`` holds (``<ledger>.lock`` beside
     the file the path resolves to): ``flock`` and an ``O_EXCL`` owner file, exclusive where
-    ``flock`` is not (`campaign._ledger_lock`)."""
+    ``flock`` is not (`campaign._ledger._ledger_lock`)."""
     return LedgerLock(LedgerPaths.of(path).lock, timeout=LOCK_TIMEOUT, poll_interval=0.002)
 
 
@@ -55,7 +55,7 @@ def dumps(doc: dict[str, Any]) -> bytes:
     """Serialize a document: standard JSON (UTF-8, no NaN tokens), newline-terminated.
 
     ``tasks`` may be a `RecordStore`. A task record that cannot be serialized is isolated as
-    `campaign._store` says: the others are written."""
+    `campaign._ledger._store` says: the others are written."""
     if type(doc["tasks"]) is dict:
         try:
             return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE)
@@ -87,8 +87,8 @@ _RECORD_START = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*\{\s*"status"\s*:')
 
 def too_deep_text(data: bytes, pos: int, path: str | os.PathLike[str]) -> str:
     """The message for a ledger whose JSON nests deeper than orjson parses (1,024 levels; the
-    writer refuses items past `campaign._jsonvalue`'s 200 at the door), naming the task whose
-    record holds it where the text before ``pos`` shows it."""
+    writer refuses items past `campaign._ledger._jsonvalue`'s 200 at the door), naming the task
+    whose record holds it where the text before ``pos`` shows it."""
     found = list(_RECORD_START.finditer(data, 0, max(0, pos)))
     where = "a record"
     if found:
@@ -106,7 +106,7 @@ def too_deep_text(data: bytes, pos: int, path: str | os.PathLike[str]) -> str:
 
 
 def _parse_unchecked(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
-    if not data.strip():  # Unsettled: a stale cache may explain it (`campaign._stale`)
+    if not data.strip():  # Unsettled: a stale cache may explain it (`campaign._ledger._stale`)
         raise Unsettled(
             f"ledger {path} is empty, so it is not a campaign ledger (a ledger is never written "
             "empty); move it away or pass another ledger_path"
@@ -141,7 +141,8 @@ def _parse_unchecked(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any
 
 def check(doc: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """Check every field of the document, its runs and its task records against the schema
-    (docs/ledger.md; `campaign._schema.RECORD_FIELDS`). Raises `LedgerError` naming the field."""
+    (docs/ledger.md; `campaign._ledger._schema.RECORD_FIELDS`). Raises `LedgerError` naming the
+    field."""
     tasks = doc.get("tasks")
     if type(tasks) is not dict or type(doc.get("runs")) is not list:
         raise LedgerError(f"ledger {path} lacks its 'tasks' object or 'runs' list; it is corrupt "
@@ -208,7 +209,7 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
     return load(path)[0]
 
 
-#: The attributes of a file as `os.stat` or `campaign._stale.fresh_stat` give them.
+#: The attributes of a file as `os.stat` or `campaign._ledger._stale.fresh_stat` give them.
 Stat = os.stat_result | Attributes
 
 
@@ -236,7 +237,7 @@ def load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], DiskState]:
     """`read`, also returning the `DiskState` of what was read. The file is read first, then
     its journal; if the file was replaced meanwhile (a compaction), both are read again. A file
     that reads empty, cut short or not JSON is read again for a while before it is refused
-    (`campaign._stale`: a shared file system's cache may be stale)."""
+    (`campaign._ledger._stale`: a shared file system's cache may be stale)."""
     path = Path(path)
     return retried(path, lambda fresh: _load_once(path, fresh))
 
@@ -291,7 +292,8 @@ def with_journal(paths: LedgerPaths, read_file: Callable[[], tuple[_T, str | Non
 def file_state(path: Path | LedgerPaths) -> DiskState | None:
     """What tells whether another process changed the ledger (replaced the file or appended to
     its journal) since we last read or wrote it; None when there is no file. Where a shared
-    file system may cache attributes, they are asked of it (`campaign._stale.fresh_stat`)."""
+    file system may cache attributes, they are asked of it
+    (`campaign._ledger._stale.fresh_stat`)."""
     paths = LedgerPaths.of(path)
     try:
         st = fresh_stat(paths.file)

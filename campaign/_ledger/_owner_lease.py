@@ -1,4 +1,4 @@
-"""The driver's lease on its ledger, made of the exclusive creates of `campaign._exclusive`.
+"""The driver's lease on its ledger, made of the exclusive creates of `campaign._ledger._exclusive`.
 
 No guarantee here rests on ``flock`` (shared file systems with local locks let two nodes hold
 one lock): a create with ``O_CREAT | O_EXCL`` succeeds for one process only, a rename replaces
@@ -7,10 +7,10 @@ a name whole (docs/ledger.md, "The driver's lease").
 The driver's lease is ``<ledger>.driver.<n>``, n = 1, 2, ... (its *generations*): one small JSON
 object, `identity` and ``token``, ``acquired``, ``renewed``, ``expires``, ``seconds`` and
 ``released``. The highest generation is the lease. It is *held* unless it is released, its
-holder is provably gone (`campaign._exclusive.gone`: on this host, same boot and pid
+holder is provably gone (`campaign._ledger._exclusive.gone`: on this host, same boot and pid
 namespace, and no process with its pid and start time), or its ``expires`` has passed by the
 reader's clock and its holder does not provably run on this host
-(`campaign._exclusive.alive_here`). A driver takes the lease by creating generation n + 1
+(`campaign._ledger._exclusive.alive_here`). A driver takes the lease by creating generation n + 1
 exclusively, after it found generation n free; of two that found it free at once, one creates
 n + 1 and the other is refused by the file system. No lease file is ever removed and created
 again under the same name by a taker.
@@ -33,12 +33,12 @@ from typing import Any
 
 import orjson
 
+from .._errors import DriverBusyError, LeaseLostError
+from .._signals import block_stop_signals
 from ._atomic import atomic_write
-from ._errors import DriverBusyError, LeaseLostError
 from ._exclusive import alive_here, create_exclusive, describe, gone, identity
 from ._ownership import read_object
 from ._paths import LedgerPaths
-from ._signals import block_stop_signals
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +71,9 @@ def lease_seconds_default() -> float:
 
 def free(found: dict[str, Any] | None, st: os.stat_result, seconds: float,
          now: float | None = None) -> bool:
-    """Whether a lease (as `campaign._ownership.read_object` gave it) may be taken: released,
-    its holder provably gone, or expired by the reader's clock, unless its holder provably runs
-    on this host (a driver stopped by Ctrl-Z keeps its lease, as it kept its ``flock``). A file
+    """Whether a lease (as `campaign._ledger._ownership.read_object` gave it) may be taken:
+    released, its holder provably gone, or expired by the reader's clock, unless its holder provably
+    runs on this host (a driver stopped by Ctrl-Z keeps its lease, as it kept its ``flock``). A file
     being written
     (``found`` None) is judged by its age (its modification time, the file system's clock)
     against ``seconds``."""

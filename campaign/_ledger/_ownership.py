@@ -30,8 +30,8 @@ from typing import Any
 
 import orjson
 
-from ._errors import LedgerError
-from ._shell import command
+from .._errors import LedgerError
+from .._shell import command
 
 #: A ledger's (uid, gid, mode), by its path, as `_ledger_stat` last found it.
 _known: dict[str, tuple[int, int | None, int]] = {}

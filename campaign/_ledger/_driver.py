@@ -1,11 +1,12 @@
 """The driver's ledger: the state of a campaign in memory, its runs, and how records change.
 
 `Ledger` is what the engine, `campaign submit` and the array workers hold: `open` loads the
-file (as its driver: takes the driver's lease ``<ledger>.driver.<n>``, `campaign._owner_lease`,
-takes over a dead driver's leftovers and registers a run, `campaign._runs`), `put` changes
-records, `close` ends the run. Writing is the group commit of `campaign._commit`: `put` only
-marks a record dirty, and one writer thread writes every change since the last commit,
-retrying failed writes; a driver whose lease was taken over writes nothing more.
+file (as its driver: takes the driver's lease ``<ledger>.driver.<n>``,
+`campaign._ledger._owner_lease`, takes over a dead driver's leftovers and registers a run,
+`campaign._ledger._runs`), `put` changes records, `close` ends the run. Writing is the group commit
+of `campaign._ledger._commit`: `put` only marks a record dirty, and one writer thread writes every
+change since the last commit, retrying failed writes; a driver whose lease was taken over writes
+nothing more.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from .._array._workdir import absorb_fragments, fragment_files
+from .._errors import DriverBusyError, LedgerWriteError
 from . import _document, _journal, _runs, _storeload, _update
-from ._array._workdir import absorb_fragments, fragment_files
 from ._atomic import remove_stale_tmp, write_error_text
 from ._busy import busy_message, refuse_if_leased
 from ._commit import CLOSE_RETRY, GroupCommit
-from ._errors import DriverBusyError, LedgerWriteError
 from ._exclusive import no_flock
 from ._owner_lease import DriverLease
 from ._paths import LedgerPaths
@@ -46,7 +47,7 @@ class Ledger:
         write_share: the largest share of wall time spent writing; a whole-file write that
             took ``w`` seconds is followed by at least ``w * (1 - write_share) / write_share``
             seconds without another (a driver appends to its journal meanwhile), and a journal
-            append by at most `campaign._commit.APPEND_PAUSE_MAX` seconds without a commit.
+            append by at most `campaign._ledger._commit.APPEND_PAUSE_MAX` seconds without a commit.
         compact_fraction: a driver rewrites the whole file once its journal holds this
             fraction of the file's size.
         write_retry: how long in seconds failing writes are retried before `LedgerWriteError`
@@ -82,7 +83,7 @@ class Ledger:
 
     @property
     def store(self) -> RecordStore:
-        """Task id -> record (stored form), held compactly (`campaign._store`)."""
+        """Task id -> record (stored form), held compactly (`campaign._ledger._store`)."""
         return self._commit.store
 
     @property
@@ -121,7 +122,7 @@ class Ledger:
     @property
     def tasks(self) -> RecordStore:
         """Task id -> record (stored form), a mapping that decodes each record when it is
-        looked up (`campaign._store`). Read freely; change only through `put`."""
+        looked up (`campaign._ledger._store`). Read freely; change only through `put`."""
         return self.doc["tasks"]
 
     def open(self, *, resume: bool = True, execution: str = "serial", driver: bool = True) -> None:
@@ -198,7 +199,7 @@ class Ledger:
 
     def _load_as_driver(self, resume: bool) -> list[Path]:
         """Under ``<ledger>.lock``: read the file (its journal and array fragments merged; a
-        block at a time, `campaign._storeload`), set it aside or take over its leftovers.
+        block at a time, `campaign._ledger._storeload`), set it aside or take over its leftovers.
         Returns the fragments merged, to remove once the run's first write holds them."""
         remove_stale_tmp(self.path)
         _update.remove_stale_backup_tmp(self.path)  # a killed forget's

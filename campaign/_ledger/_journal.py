@@ -40,7 +40,7 @@ def new_generation() -> str:
 def encode(generation: str, updated: float, task_parts: list[bytes],
            runs: list[dict[str, Any]] | None = None) -> bytes:
     """One journal line. ``task_parts`` are ``"<task id>":<record>`` JSON fragments (as
-    `campaign._store.RecordStore.parts` makes them); ``runs``, when given, is the whole new
+    `campaign._ledger._store.RecordStore.parts` makes them); ``runs``, when given, is the whole new
     runs list."""
     head = {"generation": generation, "updated": updated}
     if runs is not None:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from ._errors import LedgerError
+from .._errors import LedgerError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -10,20 +10,20 @@ the part before the cut is parsed as one JSON object; the parse succeeds only wh
 between two records (a cut inside a string leaves the string open, one inside a record leaves a
 brace open: both are JSON errors), so a wrong cut is detected and the previous candidate tried.
 Every chunk is checked exactly as `campaign.read_ledger` checks the whole file
-(`campaign._document.check`: the same `LedgerError`, naming the task and the field). A file this
-cannot split (written by hand, pretty-printed, ``"tasks"`` not last) is read whole with
-`campaign._document.read` instead: the same answer, without the memory bound.
+(`campaign._ledger._document.check`: the same `LedgerError`, naming the task and the field). A file
+this cannot split (written by hand, pretty-printed, ``"tasks"`` not last) is read whole with
+`campaign._ledger._document.read` instead: the same answer, without the memory bound.
 
-How a chunk is checked: `campaign._schema.valid_columns` checks it at once with C-level
+How a chunk is checked: `campaign._ledger._schema.valid_columns` checks it at once with C-level
 operations over its columns, which are kept for the caller (`blocks`); only a chunk it does not
 find valid is checked record by record, which names the task and the field. `campaign status`
 and `campaign report` read `Scan.typed_blocks`: each block parsed and checked in one pass into
-typed records (`campaign._typed`, about a third less CPU; the report reads the attempts'
+typed records (`campaign._ledger._typed`, about a third less CPU; the report reads the attempts'
 resource fields from them); a chunk the journal or a fragment changes, or that the typed parse
 doubts, goes as above.
 
 Array workers' fragments not yet merged are applied to the records as they stream by in
-`campaign._overlay`.
+`campaign._ledger._overlay`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from .._errors import LedgerError
 from . import _document, _ownership
-from ._errors import LedgerError
 from ._paths import LedgerPaths
 from ._schema import Columns, columns, valid_columns
 from ._stale import FreshReader, open_fresh
@@ -64,7 +64,7 @@ class Scan:
 
     With ``as_bytes`` the journal's records are held as their bytes (`journal` is a
     `RecordStore`, each record decoded where it replaces the file's), for a reader of 10⁶
-    records that keeps them as bytes (`campaign._storeload`)."""
+    records that keeps them as bytes (`campaign._ledger._storeload`)."""
 
     def __init__(self, path: str | os.PathLike[str], *, block: int = BLOCK,
                  as_bytes: bool = False):
@@ -79,11 +79,11 @@ class Scan:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
         self._whole: dict[str, Any] | None = None
         self._rest = b""
-        #: the journal's newest record of each task (`campaign._journal.Journal.records`)
+        #: the journal's newest record of each task (`campaign._ledger._journal.Journal.records`)
         self.journal: Mapping[str, Any] = {}
         self._seen: set[str] = set()
-        #: Whether the file was read whole by `campaign._document.read` (not in the writer's
-        #: layout, or it read cut short or garbled: see `campaign._stale`).
+        #: Whether the file was read whole by `campaign._ledger._document.read` (not in the writer's
+        #: layout, or it read cut short or garbled: see `campaign._ledger._stale`).
         self.fell_back = False
         self._reads = 0
         try:
@@ -104,7 +104,7 @@ class Scan:
 
     def _read_file(self) -> tuple[dict[str, Any], str | None, _document.Stat | None]:
         """The head, its generation and the attributes of the file read (None where it was
-        read whole, journal and all): for `campaign._document.with_journal`, which calls it
+        read whole, journal and all): for `campaign._ledger._document.with_journal`, which calls it
         again when the file was replaced while its journal was read."""
         if self._reads:  # read before: the file was replaced since
             self._file.close()
@@ -153,8 +153,8 @@ class Scan:
 
     def typed_blocks(self, plain: Callable[[dict[str, Any]], bool] | None = None
                      ) -> Iterator[tuple[dict[str, Any], Columns]]:
-        """`blocks` parsed and checked in one pass (`campaign._typed`; `campaign status` and
-        `campaign report`): each chunk's records are `campaign._typed.Record`s, not dicts,
+        """`blocks` parsed and checked in one pass (`campaign._ledger._typed`; `campaign status` and
+        `campaign report`): each chunk's records are `campaign._ledger._typed.Record`s, not dicts,
         and its `Columns` hold the values `blocks` gives. A chunk the journal changes, one for
         which ``plain(chunk)`` is true, and one the typed parse refuses or doubts come with
         record dicts, as `blocks` gives them."""
@@ -176,7 +176,8 @@ class Scan:
                 rest += data
                 if ended:
                     stripped = rest.rstrip()
-                    # cut short (a stale cache's size: `campaign._stale`): read whole, retried
+                    # cut short (a stale cache's size: `campaign._ledger._stale`): read
+                    # whole, retried
                     short = (not isinstance(self._file, FreshReader)
                              and self._file.tell() < os.fstat(self._file.fileno()).st_size)
                     if short or not stripped.endswith(b"}}"):

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from ._errors import ItemError, ResultError
+from .._errors import ItemError, ResultError
 
 FLOAT_TAG = "$float"
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}

@@ -13,8 +13,8 @@ import fcntl
 import os
 from pathlib import Path
 
-from ._array._leases import live_leases
-from ._errors import DriverBusyError, LedgerError
+from .._array._leases import live_leases
+from .._errors import DriverBusyError, LedgerError
 from ._owner_lease import DriverLease, busy_text
 from ._paths import LedgerPaths
 from ._scan import Scan

@@ -7,12 +7,12 @@ Taking it takes two things, in this order:
    file system whose locks are coherent) queue on it without polling. Where ``flock`` fails
    with ``ENOSYS`` (Lustre mounted ``noflock``) it is skipped.
 2. ``<ledger>.lock.owner``, created with ``O_CREAT | O_EXCL`` and holding its holder's
-   `campaign._exclusive.identity` and a random ``token``; removed when the lock is released.
+   `campaign._ledger._exclusive.identity` and a random ``token``; removed when the lock is released.
    This is what excludes processes on nodes whose ``flock`` does not exclude each other's. A
    process that finds it waits (polling, at most 50 ms apart) until it is removed.
 
 A holder that dies leaves the file. It is *broken* when its holder is provably gone (on this
-host: `campaign._exclusive.gone`) or when the file has not been touched for `LOCK_LEASE`
+host: `campaign._ledger._exclusive.gone`) or when the file has not been touched for `LOCK_LEASE`
 seconds (a holder touches it every `TOUCH_EVERY` seconds while it holds it, from one thread
 per process). Breaking it is an exclusive create of ``<ledger>.lock.owner.break-<token>``, the
 token of the instance being broken: of two processes that found the same dead holder, one
@@ -20,7 +20,7 @@ creates it; that one then replaces the owner file by its own (a rename). A break
 between its marker and that rename leaves a marker of a dead process: the next breaker passes
 it by creating the next generation (``...break-<token>.2``, ``.3``, ...), each exclusively
 (`LedgerLock._claim_break`); without that, a lock whose breaker died stayed unbreakable. The
-markers are removed once `campaign._owner_lease.CLEANUP_AGE` old.
+markers are removed once `campaign._ledger._owner_lease.CLEANUP_AGE` old.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from typing import Any
 import orjson
 from filelock import FileLock, Timeout
 
+from .._signals import block_stop_signals
 from ._atomic import atomic_write
 from ._exclusive import create_exclusive, describe, gone, identity, no_flock
 from ._owner_lease import CLEANUP_AGE
 from ._ownership import read_object
 from ._paths import LOCK
-from ._signals import block_stop_signals
 
 logger = logging.getLogger(__name__)
 

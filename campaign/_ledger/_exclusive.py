@@ -138,7 +138,7 @@ def create_exclusive(path: Path, data: bytes, *, durable: bool = False,
 def _link_exclusive(path: Path, data: bytes, durable: bool) -> bool | None:
     """`create_exclusive` by ``link``; None where the file system has no hard links."""
     tmp = tmp_name(path)
-    # a whole file under a name of its own (one name: `campaign._atomic.remove_stale_tmp`
+    # a whole file under a name of its own (one name: `campaign._ledger._atomic.remove_stale_tmp`
     # removes it where a SIGKILL left it)
     create_exclusive(tmp, data, durable=durable)
     try:

@@ -4,7 +4,7 @@ its lock did not exclude put in place meanwhile (a shared file system without co
 Each whole-file write begins an *epoch*; each record written since is remembered with the
 epoch and the journal's size after the append that carried it (size 0: the file itself). A
 file written by another process names what it was made from as its ``base`` (the generation it
-read and how much of that file's journal, `campaign._update.made_from`): what this writer
+read and how much of that file's journal, `campaign._ledger._update.made_from`): what this writer
 wrote after that, the other process did not read, and the merge keeps it (`unread`).
 """
 

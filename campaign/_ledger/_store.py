@@ -5,7 +5,7 @@ takes about the file's size. `RecordStore` is the ``tasks`` mapping of a `campai
 record put since the last commit is held as the dict it was put as; a commit encodes it
 (`encode`, `parts`) and keeps only its bytes, which the file and the journal are then written
 from without encoding it again. Looking a record up decodes it (a new dict each time: records
-are never changed in place, `campaign._records`). `status` reads a record's status from its
+are never changed in place, `campaign._ledger._records`). `status` reads a record's status from its
 bytes without decoding the rest.
 
 A record orjson refuses (a string that is not valid UTF-8 that got past validation) never blocks
@@ -31,7 +31,7 @@ Record = dict[str, Any]
 #: How many records one chunk of a whole-file write holds (`chunks`).
 CHUNK = 4096
 #: Where a record's status begins in its bytes when ``status`` is its first key (it is in the
-#: records this package makes: `campaign._records.new_record` puts it first).
+#: records this package makes: `campaign._ledger._records.new_record` puts it first).
 _HEAD = b'{"status":"'
 _STATUSES: dict[bytes, str] = {}
 

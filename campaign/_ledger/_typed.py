@@ -1,15 +1,15 @@
 """A block of task records parsed and checked in one pass into typed records (`campaign status`,
 `campaign report`).
 
-`campaign._scan.Scan.blocks` parses a block of records with ``orjson`` into dicts, then checks
-their fields over the chunk's columns (`campaign._schema.valid_columns`). `decode` here parses
-a block with ``msgspec`` into `Record`s, made from the schema (`campaign._schema.RECORD_FIELDS`,
-each field with its JSON types, narrowed where the parse can check more): the parse itself
-checks the types, the statuses, the counts >= 0 and the results' values (in C, as it goes) and
-makes no dict per record; `typed_columns` checks the rest (fingerprints, a result for each
-accepted task, errors) over the columns as `valid_columns` does. The fields hold the Python
-values ``orjson`` gives (``item``, ``result``, ``error`` and the ``history`` entries are plain
-dicts).
+`campaign._ledger._scan.Scan.blocks` parses a block of records with ``orjson`` into dicts, then
+checks their fields over the chunk's columns (`campaign._ledger._schema.valid_columns`). `decode`
+here parses a block with ``msgspec`` into `Record`s, made from the schema
+(`campaign._ledger._schema.RECORD_FIELDS`, each field with its JSON types, narrowed where the parse
+can check more): the parse itself checks the types, the statuses, the counts >= 0 and the results'
+values (in C, as it goes) and makes no dict per record; `typed_columns` checks the rest
+(fingerprints, a result for each accepted task, errors) over the columns as `valid_columns` does.
+The fields hold the Python values ``orjson`` gives (``item``, ``result``, ``error`` and the
+``history`` entries are plain dicts).
 
 Every doubt goes the plain way, whose check names the task and the field: `decode` raises
 `Invalid` for a record its types refuse, and for one with a key the tables do not list (allowed,
@@ -46,12 +46,12 @@ _Number = int | float | None
 _FloatTag = Annotated[dict[Literal["$float"], Literal["nan", "inf", "-inf"]],
                       msgspec.Meta(min_length=1)]
 _Scalar = str | int | float | bool | None | _FloatTag
-#: The task statuses (`campaign._status.Status`; a test checks that they are the same).
+#: The task statuses (`campaign._ledger._status.Status`; a test checks that they are the same).
 StatusName = Literal["pending", "running", "accepted", "failed", "interrupted"]
 
 
 #: A field's type where the parse checks more than its JSON types (`RECORD_FIELDS`) say: the
-#: values `campaign._schema.record_problem` checks that are cheap to check while parsing.
+#: values `campaign._ledger._schema.record_problem` checks that are cheap to check while parsing.
 _NARROWER: dict[str, Any] = {
     "status": StatusName,
     "result": dict[str, _Scalar] | None,
@@ -117,7 +117,7 @@ def decode(data: bytes) -> dict[str, Any] | None:
 
 def typed_columns(recs: list[Any]) -> Columns | None:
     """The `Columns` of ``recs`` (from `decode`), or None when one breaks a rule of the ledger
-    that their types do not say (`campaign._schema.values_valid`): look record by record.
+    that their types do not say (`campaign._ledger._schema.values_valid`): look record by record.
     Each column is made when it is first asked for (``cols.fields[key]``)."""
     fields = _Fields(recs)
     cols = Columns(fields, Counter(fields["status"]))
@@ -125,7 +125,7 @@ def typed_columns(recs: list[Any]) -> Columns | None:
 
 
 class _Fields(dict[str, tuple[Any, ...]]):
-    """The columns of `Record`s (`campaign._schema.COLUMNS`), each made on first use."""
+    """The columns of `Record`s (`campaign._ledger._schema.COLUMNS`), each made on first use."""
 
     def __init__(self, recs: list[Any]):
         super().__init__()

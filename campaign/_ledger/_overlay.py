@@ -1,7 +1,7 @@
 """The streaming scan with what array workers have not merged yet applied: their fragments'
 records and the leases held now (`campaign status`, `campaign report`, `campaign results`).
 
-`Overlay` applies them record by record to the chunks a `campaign._scan.Scan` yields, as
+`Overlay` applies them record by record to the chunks a `campaign._ledger._scan.Scan` yields, as
 `campaign._array._workdir.overlay` applies them to a whole document.
 """
 
@@ -22,8 +22,8 @@ class Overlay:
     show their task running (as `campaign status` shows them)."""
 
     def __init__(self, ledger: Path, *, with_leases: bool = True):
-        from ._array._leases import live_leases
-        from ._array._workdir import fragment_files, load_fragment
+        from .._array._leases import live_leases
+        from .._array._workdir import fragment_files, load_fragment
 
         self.pending: dict[str, list[dict[str, Any]]] = {}
         for path in fragment_files(ledger):

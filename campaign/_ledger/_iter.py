@@ -3,7 +3,7 @@
 `campaign.read_ledger` parses the whole file into Python objects at once: 4.7 GB and 19 s for
 the 707 MB ledger of a million tasks of `benchmarks/read_ledger.py`. `iter_ledger` gives the
 same records in the same order from the streaming scan the driver's load reads
-(`campaign._scan.Scan`, ``as_bytes``): the file a block at a time, each block checked as
+(`campaign._ledger._scan.Scan`, ``as_bytes``): the file a block at a time, each block checked as
 `read_ledger` checks the whole file, the journal merged, so one block's records are held at
 once, beside the journal's records kept as their JSON bytes (a running ledger's journal may
 hold a large share of the tasks).

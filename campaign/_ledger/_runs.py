@@ -2,8 +2,8 @@
 
 A driver registers its run in the ledger's ``runs`` list when it opens the ledger (`new_run`,
 `add_run`) and sets its status when it closes it. The next driver, holding the driver's lease
-(`campaign._owner_lease`), knows that no earlier driver holds it: what they left ``running`` is
-taken over (`take_over`), unless one of them provably still runs on this host (then it is
+(`campaign._ledger._owner_lease`), knows that no earlier driver holds it: what they left ``running``
+is taken over (`take_over`), unless one of them provably still runs on this host (then it is
 refused: a driver stopped past its lease, say by Ctrl-Z, is alive and would be fenced).
 """
 
@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .._errors import DriverBusyError
+from .._policy import orphaned
 from . import _document, _update
 from ._atomic import HOST, atomic_write
-from ._errors import DriverBusyError
 from ._exclusive import process_start
 from ._paths import LedgerPaths
-from ._policy import orphaned
 from ._status import RUNNING, RUNS_LIMIT, RunStatus
 from ._store import RecordStore
 

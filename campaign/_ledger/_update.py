@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._errors import LedgerWriteError
 from . import _journal
 from ._atomic import atomic_write, write_error_text
 from ._document import DiskState, document_chunks, dumps, file_lock, file_state, load
-from ._errors import LedgerWriteError
 from ._paths import LedgerPaths
 
 
@@ -40,7 +40,7 @@ def remove_stale_backup_tmp(path: str | os.PathLike[str]) -> list[Path]:
     """Remove the temporary files of backups of ``path`` (``.<stem>.before-forget-<time>
     <suffix>.tmp-<host>-<pid>-<random>``, and of ``.replaced-``) left on this host by processes
     that are gone (a ``campaign forget`` killed while it wrote its backup); as
-    `campaign._atomic.remove_stale_tmp` does for the ledger's own."""
+    `campaign._ledger._atomic.remove_stale_tmp` does for the ledger's own."""
     import glob
 
     from ._atomic import HOST, TMP_MARK, pid_alive
@@ -136,6 +136,6 @@ def compact(path: str | os.PathLike[str], doc: dict[str, Any], state: DiskState)
 def made_from(doc: dict[str, Any], state: DiskState) -> None:
     """Name in ``doc`` what it was read from before it is written with a new generation:
     ``base``, the generation read and how much of its journal (a driver keeps the records of
-    its journal that the writer did not read: `campaign._commit`)."""
+    its journal that the writer did not read: `campaign._ledger._commit`)."""
     if type(doc.get("generation")) is str:
         doc["base"] = {"generation": doc["generation"], "journal": state.journal}

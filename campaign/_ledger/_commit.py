@@ -2,7 +2,7 @@
 
 One writer thread writes the ledger; changes only mark records dirty. A commit carries every
 change since the previous one. A driver's commit appends the changed records to the ledger's
-journal (`campaign._journal`), so its cost does not grow with the ledger; the whole file is
+journal (`campaign._ledger._journal`), so its cost does not grow with the ledger; the whole file is
 rewritten (compacted) when the journal reaches `COMPACT_FRACTION` of its size, at most about
 ``write_share`` of the wall time, and when the run opens and closes. Every commit is made under
 ``<ledger>.lock``: changes other processes made (another worker, ``campaign forget``) are
@@ -24,13 +24,13 @@ from typing import Any
 
 import orjson
 
+from .._errors import LedgerError, LedgerWriteError
+from .._signals import block_stop_signals
 from . import _document, _journal, _storeload
 from ._atomic import WriteFailures, atomic_write, write_error_text, write_retry_default
-from ._errors import LedgerError, LedgerWriteError
 from ._ownwrites import OwnWrites
 from ._paths import LedgerPaths
 from ._records import newer
-from ._signals import block_stop_signals
 from ._store import RecordStore, whole_file
 
 logger = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class GroupCommit:
 
     @property
     def store(self) -> RecordStore:
-        """Task id -> record (stored form), held compactly (`campaign._store`)."""
+        """Task id -> record (stored form), held compactly (`campaign._ledger._store`)."""
         return self.doc["tasks"]
 
     def flush(self) -> None:
