@@ -120,7 +120,7 @@ def run_mode(folder: Path, mode: str, args: argparse.Namespace) -> dict[str, Any
     """Plan ``args.tasks`` tasks on a new ledger and let ``args.claimers`` workers run them."""
     ledger = folder / f"claims-{mode}.json"
     items = [{"task_id": f"a{i:07d}", "i": i} for i in range(args.tasks)]
-    sub = plan_submission(items, ledger_path=ledger).record()
+    sub = plan_submission(items, ledger_path=ledger).record(elements=args.claimers)
     del items
     names = [f"{mode[0]}{i}" for i in range(args.claimers)]
     with Sampler(WorkDir(ledger, sub.id)) as sampler:

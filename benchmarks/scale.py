@@ -195,32 +195,36 @@ def status(ledger: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------- array claimers
 def claim_loop(ledger: Path, submission: str, ids: list[str], name: str,
                share: tuple[int, int]) -> list[str]:
-    """What `campaign worker` does per task, with a task that takes no time: walk the task list
-    from its share (`claim_order`), pass what others ended (`WorkDir.not_done`), claim the
-    lease (`Leases.claim`), write the outcome as a fragment, mark it done and release. Returns
-    the ids it ran."""
+    """What `campaign worker` does per task, with a task that takes no time: claim a share of
+    the task list (`Picker`: its own first, then those nobody holds), in it claim each task's
+    lease (`Leases.claim`), write the outcome as a fragment, mark it done and release; then
+    mark the share ended. Returns the ids it ran."""
     from campaign._ledger import _records
     from campaign._array._leases import Leases
+    from campaign._array._shares import Picker, Shares
     from campaign._array._workdir import WorkDir
-    from campaign._array._worker import claim_order
 
     work = WorkDir(ledger, submission)
     leases = Leases(work, lease_seconds=600.0)
+    shares = Shares(work, ids, lease_seconds=600.0)
+    picker = Picker(shares, {"worker": name}, share, poll=0.5)
     owner = {"worker": name, "job": None, "array_task": None, "host": "bench",
              "pid": os.getpid()}
     ran = []
-    for tid in work.not_done(claim_order(ids, share)):
-        lease = leases.claim(tid, owner)
-        if lease is None:
-            continue
-        now = time.time()
-        rec = _records.new_record({"task_id": tid}, "sha256:" + "0" * 64)
-        rec = _records.started(rec, host="bench", pid=os.getpid(), worker=name,
-                               device_group=None, at=now)
-        rec = _records.finished(rec, "accepted", at=time.time(), result={"ok": True})
-        work.write_fragment({tid: rec}, owner)
-        leases.release(lease, done=True, accepted=True)
-        ran.append(tid)
+    while (got := picker.claim(lambda: False)) is not None:
+        for tid in shares.ids(got[0]):
+            lease = leases.claim(tid, owner)
+            if lease is None:
+                continue
+            now = time.time()
+            rec = _records.new_record({"task_id": tid}, "sha256:" + "0" * 64)
+            rec = _records.started(rec, host="bench", pid=os.getpid(), worker=name,
+                                   device_group=None, at=now)
+            rec = _records.finished(rec, "accepted", at=time.time(), result={"ok": True})
+            work.write_fragment({tid: rec}, owner)
+            leases.release(lease, done=True, accepted=True)
+            ran.append(tid)
+        shares.leases.release(got[1], done=True)
     return ran
 
 
@@ -236,7 +240,7 @@ def claimers(folder: Path, n: int, count: int, mode: str) -> dict[str, Any]:
     ledger = folder / f"array-{mode}.json"
     items = [{"task_id": f"a{i:07d}", "i": i} for i in range(n)]
     t0 = time.perf_counter()
-    sub = plan_submission(items, ledger_path=ledger).record()
+    sub = plan_submission(items, ledger_path=ledger).record(elements=count)
     planned = time.perf_counter() - t0
     ids = orjson.loads(task_list_path(ledger, sub.id).read_bytes())  # what workers claim
     t0 = time.perf_counter()

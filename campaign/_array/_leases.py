@@ -16,8 +16,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
@@ -25,22 +26,40 @@ from .._ledger._atomic import atomic_write
 from .._ledger._exclusive import create_exclusive
 from .._signals import block_stop_signals
 from . import _skew
-from ._workdir import WorkDir, checked_root, read_json, task_key
+from ._workdir import checked_root, read_json, task_key
 
 logger = logging.getLogger(__name__)
 
 
-class Leases:
-    """The claims of one submission's workers on its tasks (a `WorkDir`)."""
+class Marks(Protocol):
+    """Where leases live and how their tasks end: a `WorkDir` for tasks, the shares' folder
+    for shares (`campaign._array._shares.ShareMarks`)."""
 
-    def __init__(self, work: WorkDir, *, lease_seconds: float = 60.0):
+    leases: Path
+    latest: Path
+
+    def is_done(self, task_id: str) -> bool: ...
+
+    def mark_done(self, task_id: str, *, accepted: bool) -> None: ...
+
+
+M = TypeVar("M", bound=Marks)
+
+
+class Leases(Generic[M]):
+    """The claims of one submission's workers on its tasks (a `WorkDir`), or on its shares
+    (``key``: the name of a lease's file from what it leases; by default the task's key)."""
+
+    def __init__(self, work: M, *, lease_seconds: float = 60.0,
+                 key: Callable[[str], str] = task_key):
         self.work = work
         self.lease_seconds = lease_seconds
+        self._key = key
         self._mutex = threading.Lock()
         self._next_skew = 0.0  # when a claim measures the clock skew again (`_clock_skew`)
 
     def _path(self, task_id: str, generation: int = 1) -> Path:
-        key = task_key(task_id)
+        key = self._key(task_id)
         return self.work.leases / (f"{key}.json" if generation == 1 else
                                    f"{key}.{generation}.json")
 

@@ -18,6 +18,7 @@ from .._ledger._busy import check_free
 from .._ledger._driver import Ledger
 from .._ledger._status import RunStatus
 from .._plan import Plan, compare, plan
+from ._shares import share_size
 from ._workdir import overlay, write_task_list
 
 
@@ -45,10 +46,11 @@ class PlannedSubmission:
     prepared: PreparedItems = field(repr=False)
     _driver: Ledger = field(repr=False)
 
-    def record(self, job: str | None = None,
-               requested: dict[str, int] | None = None) -> Submission:
+    def record(self, job: str | None = None, requested: dict[str, int] | None = None,
+               elements: int | None = None) -> Submission:
         """Write the submission: the new tasks pending (changed items refused, accepted tasks
-        kept), the task list the workers claim from, and a ``submitted`` run (with ``job``, and
+        kept), the task list the workers claim from (cut into shares for ``elements`` workers,
+        `campaign._array._shares.share_size`), and a ``submitted`` run (with ``job``, and
         ``requested``: what each element asked Slurm for, `Scheduler.requested`'s form).
 
         Raises `DriverBusyError` when a driver or array workers took the ledger meanwhile.
@@ -57,7 +59,8 @@ class PlannedSubmission:
         ledger.open(resume=self.resume, execution="array")
         try:
             planned = plan(ledger, self.prepared)
-            write_task_list(ledger.path, ledger.run_id, [p.task_id for p in planned.to_run])
+            write_task_list(ledger.path, ledger.run_id, [p.task_id for p in planned.to_run],
+                            share_size(len(planned.to_run), elements))
             fields: dict[str, Any] = {"submission": ledger.run_id, "to_run": len(planned.to_run)}
             if job is not None:
                 fields["job"] = job

@@ -137,7 +137,7 @@ def submit_array(items: Iterable[Mapping[str, Any]], *, ledger_path: str | os.Pa
     job_id = job.submit(text)
     if on_submitted is not None:  # before the ledger knows it: a kill now leaves it held
         on_submitted(job_id)
-    sub = _record(planned, job_id, job.log_dir, job.requested())
+    sub = _record(planned, job_id, job)
     _release(job_id)
     return ArraySubmission(job_id, sub.id, sub.ledger, array, len(sub.plan.to_run),
                            sub.plan.kept, len(sub.plan.refused), job.log_dir, text)
@@ -189,15 +189,14 @@ class _ArrayJob:
             raise SubmitError(f"sbatch failed, nothing was submitted or written: {exc}") from exc
 
 
-def _record(planned: PlannedSubmission, job: str, log_dir: Path,
-            requested: dict[str, int]) -> Submission:
+def _record(planned: PlannedSubmission, job: str, array: _ArrayJob) -> Submission:
     """Write the submitted job (held until now) to the ledger; if writing fails, cancel the
     job, so that nothing runs that the ledger does not know of."""
-    from schedulers.slurm import SlurmCommandError, scancel
+    from schedulers.slurm import SlurmCommandError, array_elements, scancel
 
     try:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        return planned.record(job, requested)
+        array.log_dir.mkdir(parents=True, exist_ok=True)
+        return planned.record(job, array.requested(), array_elements(array.array))
     except BaseException:
         try:
             scancel(job)

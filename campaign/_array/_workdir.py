@@ -12,6 +12,8 @@ Beside the ledger ``L``, ``L.work/`` holds what all submissions share and one fo
 - ``forgets.json`` (shared): changed by every ``campaign forget`` (`forgetting`), so that a
   worker whose view of the ledger predates a forget reads it again (`forget_state`).
 - ``<submission>/tasks.json``: the task ids the submission's workers claim from.
+- ``<submission>/shares.json`` and ``<submission>/shares/``: the size of the shares the task list
+  is cut into, and each share's lease and end mark (campaign/_array/_shares.py).
 - ``<submission>/done/<key>``: the task ended (accepted or failed) in this submission: nobody
   claims it again in it.
 - ``<submission>/lost/<key>``: how many times this submission lost the task (its worker died
@@ -33,7 +35,7 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,9 +96,14 @@ def task_list_path(ledger: Path, submission: str) -> Path:
     return LedgerPaths.of(ledger).work / submission / "tasks.json"
 
 
-def write_task_list(ledger: Path, submission: str, task_ids: list[str]) -> None:
+def write_task_list(ledger: Path, submission: str, task_ids: list[str],
+                    share_size: int | None = None) -> None:
+    """The submission's task list, and first its share size (``shares.json``,
+    campaign/_array/_shares.py) when given: a worker that finds the list finds the size."""
     path = task_list_path(ledger, submission)
     _ownership.make_folder(path.parent, ledger)
+    if share_size is not None:
+        atomic_write(path.with_name("shares.json"), orjson.dumps({"size": share_size}))
     atomic_write(path, orjson.dumps(task_ids))
 
 
@@ -147,31 +154,6 @@ class WorkDir:
             return False
         want = self._fingerprint(task_id)
         return not mark or want is None or mark.decode(errors="replace") == want
-
-    def not_done(self, task_ids: list[str]) -> Iterator[str]:
-        """The tasks of ``task_ids``, in order, that have not ended (`is_done`) when reached:
-        what a worker tries to claim.
-
-        Each costs a lookup or two. Once a worker has looked up as many ended tasks as a third
-        of ``done/`` held when last listed (at first, a third of the list), it lists ``done/``
-        and skips, without a lookup, every task that has ended since: a worker that reaches the
-        shares that other workers ran need not look each of their tasks up. A listing costs
-        about a third of a lookup per name (0.56 against 1.9 µs on a local ext4), so the
-        listings cost at most what the lookups they follow did."""
-        ended: set[str] = set()
-        budget = max(64, len(task_ids) // 3)  # the lookups of ended tasks that pay for a listing
-        looked = 0
-        for task_id in task_ids:
-            key = task_key(task_id)
-            if key in ended:
-                continue
-            if self._is_done(key, task_id):
-                looked += 1
-                if looked >= budget:
-                    ended = set(os.listdir(self.done))
-                    looked, budget = 0, max(64, len(ended) // 3)
-                continue
-            yield task_id
 
     def mark_done(self, task_id: str, *, accepted: bool) -> None:
         """The task ended in this submission (accepted: in every submission, for its item's

@@ -2,7 +2,8 @@
 fragments.
 
 Each element of a Slurm job array runs one worker. Workers share nothing but the ledger's folder:
-a task is claimed by creating its lease file (campaign/_array/_leases.py), run, recorded in a
+a worker claims a share of the submission's tasks (campaign/_array/_shares.py), and in it each
+task by creating its lease file (campaign/_array/_leases.py); a task is run, recorded in a
 fragment file (campaign/_array/_workdir.py), marked done and released; fragments are merged into
 the ledger every few seconds (skipped while another worker merges) and at the end (unless another
 worker's merge has already applied them). SIGUSR1 (sent by Slurm ``--signal`` before the time
@@ -17,6 +18,7 @@ the task it claimed (`_View`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -40,6 +42,7 @@ from .._ledger._status import ACCEPTED
 from .._policy import MAX_INTERRUPTIONS, RETRIES, Limits, settle, stopped
 from .._signals import Stop, signals_raise
 from ._leases import Heartbeat, Leases
+from ._shares import Picker, Shares
 from ._workdir import (
     WorkDir,
     busy_state,
@@ -73,22 +76,6 @@ def array_share() -> tuple[int, int] | None:
         return None
     position = (index - first) // step
     return (position, count) if 0 <= position < count else None
-
-
-def claim_order(task_ids: list[str], share: tuple[int, int] | None = None) -> list[str]:
-    """The order in which a worker tries to claim the tasks: the list turned to begin at the
-    worker's own share of it, element ``i`` of ``n`` at ``i * N // n`` (``share=(i, n)``) and
-    a worker that does not know its place at a random one. Workers that start together then
-    claim different tasks instead of all racing for the first, and a worker that ends its share
-    goes on into the next one, taking what its owner has not run yet."""
-    if not task_ids:
-        return []
-    if share is None:
-        start = random.randrange(len(task_ids))
-    else:
-        i, n = share
-        start = i * len(task_ids) // n
-    return task_ids[start:] + task_ids[:start]
 
 
 @dataclass
@@ -138,48 +125,69 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
     owner = owner or slurm_owner()
     task_ids = _task_ids(ledger, submission)
     view = _View(ledger)
-    tasks = view.tasks
-    claims = _Claims(fn, Leases(WorkDir(ledger, submission), lease_seconds=lease_seconds),
-                     owner, Limits(retries, max_interruptions), WorkerSummary())
-    claims.leases.work.expect(tasks)
-    summary = claims.summary
-    beat = Heartbeat(claims.leases, lease_seconds / 4)
-    last_merge = time.monotonic()
-    logger.info("worker %s: %d tasks in submission %s", owner["worker"], len(task_ids), submission)
-    with beat, signals_raise(signal.SIGUSR1, signal.SIGTERM, swallow=True) as stop:
-        left = [tid for tid in claim_order(task_ids, array_share())
-                if tid in tasks and tasks[tid]["status"] != ACCEPTED]
-        work = claims.leases.work
-        while left and stop.signum is None:
-            waiting, claimed = [], False
-            for tid in work.not_done(left):
-                if stop.signum is not None or (max_tasks is not None and summary.ran >= max_tasks):
-                    return _finish(claims, stop, ledger)
-                lease = claims.leases.claim(tid, owner)
-                if lease is None:  # another worker holds it (if it dies, reclaim) or just ended it
-                    waiting.append(tid)
-                    continue
-                claimed = True
-                if not view.still_to_run(tid, work):
-                    claims.leases.release(lease, done=False)  # forgotten, or ended
-                    continue
-                tasks = view.tasks
-                rec = work.newest(tid, tasks[tid])
-                if "stolen_from" in lease:
-                    again = claims.lost(tid, rec, lease)
-                    if again is None:
-                        continue
-                    rec = again
-                beat.lease = lease
-                tasks[tid] = claims.run(rec, tid, lease)
-                beat.lease = None
-                if time.monotonic() - last_merge > merge_every:
-                    _merge(ledger, wait=False)
-                    last_merge = time.monotonic()
-            if waiting and not claimed:  # nothing claimable now: wait a little
-                time.sleep(min(lease_seconds / 4, 2.0))
-            left = waiting
+    work = WorkDir(ledger, submission)
+    claims = _Claims(fn, Leases(work, lease_seconds=lease_seconds), owner,
+                     Limits(retries, max_interruptions), WorkerSummary())
+    work.expect(view.tasks)
+    shares = Shares(work, task_ids, lease_seconds=lease_seconds)
+    poll = min(lease_seconds / 4, 2.0)
+    picker = Picker(shares, owner, array_share(), poll)
+    logger.info("worker %s: %d tasks in %d shares of submission %s", owner["worker"],
+                len(task_ids), shares.count, submission)
+    beat, share_beat = (Heartbeat(claims.leases, lease_seconds / 4),
+                        Heartbeat(shares.leases, lease_seconds / 4))
+    merged = [time.monotonic()]
+    with beat, share_beat, signals_raise(signal.SIGUSR1, signal.SIGTERM, swallow=True) as stop:
+        def halted() -> bool:
+            return stop.signum is not None or (max_tasks is not None
+                                               and claims.summary.ran >= max_tasks)
+
+        while (got := picker.claim(halted)) is not None:
+            n, share = got
+            share_beat.lease = share
+            ended = False  # an Interrupted out of a task releases the share unended
+            try:
+                ended = _run_share(shares.ids(n), claims, view, beat, halted)
+            finally:
+                share_beat.lease = None
+                shares.leases.release(share, done=ended)
+            if not ended and not halted():
+                picker.defer(n)
+            if time.monotonic() - merged[0] > merge_every:
+                _merge(ledger, wait=False)
+                merged[0] = time.monotonic()
     return _finish(claims, stop, ledger)
+
+
+def _run_share(ids: list[str], claims: _Claims, view: _View, beat: Heartbeat,
+               halted: Callable[[], bool]) -> bool:
+    """Run the tasks of a claimed share; True once each has ended (accepted or failed, in this
+    submission), False when the worker stops or another worker holds some of them."""
+    work, owner = claims.leases.work, claims.owner
+    tasks = view.tasks
+    left = [tid for tid in ids if tid in tasks and tasks[tid]["status"] != ACCEPTED]
+    waiting = False
+    for tid in left:
+        if halted():
+            return False
+        lease = claims.leases.claim(tid, owner)
+        if lease is None:  # another worker holds it (if it dies, reclaimed later) or ended it
+            waiting = waiting or not work.is_done(tid)
+            continue
+        if not view.still_to_run(tid, work):
+            claims.leases.release(lease, done=False)  # forgotten, or ended
+            continue
+        tasks = view.tasks
+        rec = work.newest(tid, tasks[tid])
+        if "stolen_from" in lease:
+            again = claims.lost(tid, rec, lease)
+            if again is None:
+                continue
+            rec = again
+        beat.lease = lease
+        tasks[tid] = claims.run(rec, tid, lease)
+        beat.lease = None
+    return not waiting and not halted()
 
 
 def _task_ids(ledger: Path, submission: str) -> list[str]:
@@ -261,10 +269,16 @@ def _last_merge(ledger: Path, written: list[Path]) -> None:
     """Merge until this worker's fragments are in the ledger: done once each of them is gone
     (a merge removes a fragment only when the ledger holds its records) or once we merged
     ourselves. While another process holds the lock, look again a little later rather than
-    queue on it: workers that end together then share two or three merges, not one each."""
+    queue on it: workers that end together then share two or three merges, not one each.
+    Each look is one listing of the fragments' folder, not a lookup per fragment: many
+    workers looking while one merges would otherwise slow that merge down."""
     deadline = time.monotonic() + _document.LOCK_TIMEOUT
     while written:
-        written[:] = [path for path in written if path.exists()]
+        there: set[str] = set()
+        for folder in {path.parent for path in written}:
+            with contextlib.suppress(FileNotFoundError):
+                there.update(os.listdir(folder))
+        written[:] = [path for path in written if path.name in there]
         if not written:
             return
         if time.monotonic() > deadline or not _lock_busy(ledger):
@@ -290,7 +304,7 @@ class _Claims:
     """What one worker runs with: the task function, its leases, who it is, its limits."""
 
     fn: Callable[[Any], Any]
-    leases: Leases
+    leases: Leases[WorkDir]
     owner: dict[str, Any]
     limits: Limits
     summary: WorkerSummary

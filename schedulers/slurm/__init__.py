@@ -13,6 +13,7 @@ from ._commands import release as release
 from ._commands import sbatch as sbatch
 from ._commands import scancel as scancel
 from ._commands import slurm_available as slurm_available
+from ._script import array_elements as array_elements
 from ._script import format_walltime as format_walltime
 from ._script import parse_walltime as parse_walltime
 from ._script import render_array_script as render_array_script

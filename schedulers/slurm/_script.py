@@ -224,12 +224,20 @@ def _range(part: str) -> re.Match[str]:
     return match
 
 
-def _elements(array: str, max_running: int | None) -> str:
+def array_elements(array: str) -> int:
+    """How many elements the Slurm array range ``array`` has: ``"0-31%8"`` has 32 (at most 8 of
+    them running at once). Raises ValueError for what is not an array range."""
+    _check_array(array)
     count = 0
     for part in array.split("%")[0].split(","):
         r = _range(part)
         lo, hi = int(r["lo"]), int(r["hi"] or r["lo"])
         count += len(range(lo, hi + 1, int(r["step"] or 1)))
+    return count
+
+
+def _elements(array: str, max_running: int | None) -> str:
+    count = array_elements(array)
     text = f"{count} element{'s' if count != 1 else ''}"
     return text + (f", at most {max_running} at once" if max_running is not None else "")
 

@@ -116,7 +116,7 @@ def test_a_signal_releases_the_running_task_as_interrupted(tmp_path, signum):
     ledger, spec, sid = setup(tmp_path, 6, 0.01, hang_in="0")  # element 0 holds its task
     proc = start_worker(spec, sid, 0)
     (mark,) = wait_until(lambda: began_a_task(tmp_path / "marks"), "the worker to begin a task")
-    held = mark.name.split(".")[0]  # the task it hangs in (where it starts: `claim_order`)
+    held = mark.name.split(".")[0]  # the task it hangs in (where it starts: its first share)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and f"stopped by signal {int(signum)}" in err

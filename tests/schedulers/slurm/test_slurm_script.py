@@ -293,3 +293,18 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--regenerate"]:
         sys.exit(f"usage: python {sys.argv[0]} --regenerate   (rewrites {REFERENCE}/*.sh)")
     regenerate()
+
+
+@pytest.mark.parametrize(("array", "count"), [("0-31%8", 32), ("1,3,5", 3), ("0-15:4", 4),
+                                              ("7", 1), ("0-3,10-11", 6)])
+def test_array_elements_counts_the_elements_of_a_range(array, count):
+    from schedulers.slurm import array_elements
+
+    assert array_elements(array) == count
+
+
+def test_array_elements_refuses_what_is_not_a_range():
+    from schedulers.slurm import array_elements
+
+    with pytest.raises(ValueError, match="not a Slurm array range"):
+        array_elements("0-")
