@@ -136,7 +136,14 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
                 len(task_ids), shares.count, submission)
     beat, share_beat = (Heartbeat(claims.leases, lease_seconds / 4),
                         Heartbeat(shares.leases, lease_seconds / 4))
-    merged = [time.monotonic()]
+    merged = time.monotonic()
+
+    def between_tasks() -> None:  # merge every merge_every seconds (skipped while one runs)
+        nonlocal merged
+        if time.monotonic() - merged > merge_every:
+            _merge(ledger, wait=False)
+            merged = time.monotonic()
+
     with beat, share_beat, signals_raise(signal.SIGUSR1, signal.SIGTERM, swallow=True) as stop:
         def halted() -> bool:
             return stop.signum is not None or (max_tasks is not None
@@ -147,20 +154,17 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
             share_beat.lease = share
             ended = False  # an Interrupted out of a task releases the share unended
             try:
-                ended = _run_share(shares.ids(n), claims, view, beat, halted)
+                ended = _run_share(shares.ids(n), claims, view, beat, halted, between_tasks)
             finally:
                 share_beat.lease = None
                 shares.leases.release(share, done=ended)
             if not ended and not halted():
                 picker.defer(n)
-            if time.monotonic() - merged[0] > merge_every:
-                _merge(ledger, wait=False)
-                merged[0] = time.monotonic()
     return _finish(claims, stop, ledger)
 
 
 def _run_share(ids: list[str], claims: _Claims, view: _View, beat: Heartbeat,
-               halted: Callable[[], bool]) -> bool:
+               halted: Callable[[], bool], between_tasks: Callable[[], None]) -> bool:
     """Run the tasks of a claimed share; True once each has ended (accepted or failed, in this
     submission), False when the worker stops or another worker holds some of them."""
     work, owner = claims.leases.work, claims.owner
@@ -187,6 +191,7 @@ def _run_share(ids: list[str], claims: _Claims, view: _View, beat: Heartbeat,
         beat.lease = lease
         tasks[tid] = claims.run(rec, tid, lease)
         beat.lease = None
+        between_tasks()
     return not waiting and not halted()
 
 
