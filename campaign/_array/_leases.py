@@ -22,6 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
+from .._ledger import _ownership
 from .._ledger._atomic import atomic_write
 from .._ledger._exclusive import create_exclusive
 from .._signals import block_stop_signals
@@ -41,6 +42,21 @@ class Marks(Protocol):
     def is_done(self, task_id: str) -> bool: ...
 
     def mark_done(self, task_id: str, *, accepted: bool) -> None: ...
+
+
+class FolderMarks:
+    """`Leases` marks of a folder whose leases never end a task: the merge turn
+    (`campaign._array._worker`), one holder at a time, taken over once its holder is dead."""
+
+    def __init__(self, folder: Path, ledger: Path):
+        self.leases = self.latest = folder
+        _ownership.make_folder(folder, ledger)
+
+    def is_done(self, task_id: str) -> bool:
+        return False
+
+    def mark_done(self, task_id: str, *, accepted: bool) -> None:
+        pass
 
 
 M = TypeVar("M", bound=Marks)
@@ -66,7 +82,7 @@ class Leases(Generic[M]):
     def _current(self, task_id: str) -> int:
         """The task's lease's highest generation (1 when there is none), by lookups upward."""
         generation = 1
-        while _exists(self._path(task_id, generation + 1)):
+        while exists_fresh(self._path(task_id, generation + 1)):
             generation += 1
         return generation
 
@@ -77,10 +93,10 @@ class Leases(Generic[M]):
         taker is the one whose record `latest/` holds)."""
         task_id = lease["task_id"]
         generation = lease.get("generation", 1)
-        if _exists(self._path(task_id, generation + 1)):
+        if exists_fresh(self._path(task_id, generation + 1)):
             taker = read_json(self._path(task_id, self._current(task_id)))
             owner = taker.get("owner") if type(taker) is dict else None
-        elif not lease.get("released") and not _exists(self._path(task_id, generation)):
+        elif not lease.get("released") and not exists_fresh(self._path(task_id, generation)):
             rec = read_json(self.work.latest / f"{task_key(task_id)}.json")
             owner = {key: rec.get(key) for key in ("worker", "host", "pid")} \
                 if type(rec) is dict else None
@@ -99,7 +115,7 @@ class Leases(Generic[M]):
         lease = self._new_lease(task_id, owner)
         if _create(path, lease):
             self._clock_skew(lease, path)
-            if _exists(self._path(task_id, 2)):  # a later generation is being released
+            if exists_fresh(self._path(task_id, 2)):  # a later generation is being released
                 path.unlink(missing_ok=True)
                 return None
             return self._unless_done(path, lease)
@@ -201,7 +217,7 @@ class Leases(Generic[M]):
         return _newest_per_task(self.work.leases)
 
 
-def _exists(path: Path) -> bool:
+def exists_fresh(path: Path) -> bool:
     """Whether the lease file ``path`` exists, asked of the file server by an open: a stat may
     answer from the client's attribute cache (NFS ``acregmin``, FUSE ``attr_timeout``) for
     seconds after another node deleted the file, an open revalidates it (NFS close-to-open,

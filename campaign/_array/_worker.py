@@ -18,7 +18,6 @@ the task it claimed (`_View`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
@@ -38,10 +37,11 @@ from .._errors import Interrupted, LedgerError
 from .._ledger import _document, _ownership, _records
 from .._ledger._atomic import HOST
 from .._ledger._jsonvalue import decode
+from .._ledger._paths import LedgerPaths
 from .._ledger._status import ACCEPTED
 from .._policy import MAX_INTERRUPTIONS, RETRIES, Limits, settle, stopped
 from .._signals import Stop, signals_raise
-from ._leases import Heartbeat, Leases
+from ._leases import FolderMarks, Heartbeat, Leases, exists_fresh
 from ._shares import Picker, Shares
 from ._workdir import (
     WorkDir,
@@ -251,7 +251,7 @@ class _View:
 def _finish(claims: _Claims, stop: Stop, ledger: Path) -> WorkerSummary:
     summary = claims.summary
     summary.stopped_by = stop.signum
-    _last_merge(ledger, claims.written)
+    _last_merge(ledger, claims.written, claims.owner, claims.leases.lease_seconds)
     logger.info("worker stops: ran %d (%d accepted, %d failed, %d interrupted)", summary.ran,
                 summary.accepted, summary.failed, summary.interrupted)
     return summary
@@ -270,26 +270,35 @@ def _merge(ledger: Path, *, wait: bool = True) -> None:
         logger.warning("merging fragments into %s failed (%s); they stay for later", ledger, exc)
 
 
-def _last_merge(ledger: Path, written: list[Path]) -> None:
-    """Merge until this worker's fragments are in the ledger: done once each of them is gone
-    (a merge removes a fragment only when the ledger holds its records) or once we merged
-    ourselves. While another process holds the lock, look again a little later rather than
-    queue on it: workers that end together then share two or three merges, not one each.
-    Each look is one listing of the fragments' folder, not a lookup per fragment: many
-    workers looking while one merges would otherwise slow that merge down."""
+def _last_merge(ledger: Path, written: list[Path], owner: dict[str, Any],
+                lease_seconds: float) -> None:
+    """Merge until this worker's fragments are in the ledger: done once the newest is gone (a
+    merge removes a fragment only once the ledger holds its records, and the merge that applied
+    the newest applied the older ones, there before it) or once we merged ourselves. One
+    ending worker merges at a time: the one holding the merge turn, a lease in
+    ``<ledger>.work/merging/`` (taken over once its holder stops renewing it); the others look
+    again a little later, one lookup each, instead of queueing on the ledger's lock for a merge
+    each of every fragment."""
+    if not written:
+        return
+    newest = written[-1]
+    turns = Leases(FolderMarks(LedgerPaths.of(ledger).work / "merging", ledger),
+                   lease_seconds=lease_seconds, key=str)
     deadline = time.monotonic() + _document.LOCK_TIMEOUT
-    while written:
-        there: set[str] = set()
-        for folder in {path.parent for path in written}:
-            with contextlib.suppress(FileNotFoundError):
-                there.update(os.listdir(folder))
-        written[:] = [path for path in written if path.name in there]
-        if not written:
-            return
-        if time.monotonic() > deadline or not _lock_busy(ledger):
+    while exists_fresh(newest):
+        if time.monotonic() > deadline:
             _merge(ledger)
             return
+        turn = turns.claim("merge", owner)
+        if turn is not None:
+            try:
+                if exists_fresh(newest):
+                    _merge(ledger)
+            finally:
+                turns.release(turn, done=False)
+            return
         time.sleep(random.uniform(0.05, 0.5))
+    written.clear()
 
 
 def _lock_busy(ledger: Path) -> bool:
