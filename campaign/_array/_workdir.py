@@ -235,21 +235,43 @@ def _reflected(tasks: dict[str, dict[str, Any]], task_id: str, rec: dict[str, An
 
 def absorb_fragments(doc: dict[str, Any], ledger: Path) -> list[Path]:
     """Apply every fragment to ``doc`` in place; return the fragments that were already in it
-    (safe to delete once ``doc`` is written)."""
+    (safe to delete once ``doc`` is written).
+
+    Fragments that hold a superseded attempt (`campaign._ledger._records.superseded`) come
+    last, after every other fragment: such an attempt is folded into the task's newest record,
+    and the fragments' names order them by their writers' clocks, which may differ (a taker
+    whose clock runs ahead names its records later than the superseded run's, though it wrote
+    them first). Each fragment is checked against ``doc`` just before it would be applied."""
     tasks = doc["tasks"]
-    settled = []
-    for path in fragment_files(ledger):
-        records = load_fragment(path)
-        if records is None:
-            continue
-        if all(_reflected(tasks, tid, rec) for tid, rec in records.items()):
-            settled.append(path)
-            continue
-        for tid, rec in records.items():
-            applied = from_fragment(tasks.get(tid), rec)
-            if applied is not None:
-                tasks[tid] = applied
+    settled: list[Path] = []
+    folds = [path for path in fragment_files(ledger) if _absorb(tasks, path, settled, last=False)]
+    for path in folds:  # read again (rare): the others are never held all at once
+        _absorb(tasks, path, settled, last=True)
     return settled
+
+
+def _absorb(tasks: dict[str, Any], path: Path, settled: list[Path], *, last: bool) -> bool:
+    """Apply one fragment to ``tasks`` (noting it in ``settled`` when they reflect it already);
+    True where it holds a superseded attempt and ``last`` is False: it is left for later."""
+    records = load_fragment(path)
+    if records is None:
+        return False
+    if superseding(records) and not last:
+        return True
+    if all(_reflected(tasks, tid, rec) for tid, rec in records.items()):
+        settled.append(path)
+        return False
+    for tid, rec in records.items():
+        applied = from_fragment(tasks.get(tid), rec)
+        if applied is not None:
+            tasks[tid] = applied
+    return False
+
+
+def superseding(records: dict[str, dict[str, Any]]) -> bool:
+    """Whether a fragment's records hold a superseded attempt (applied after the others:
+    `absorb_fragments`)."""
+    return any(rec.get("superseded") for rec in records.values())
 
 
 def merge_fragments(ledger: Path) -> int:

@@ -23,12 +23,12 @@ class Overlay:
 
     def __init__(self, ledger: Path, *, with_leases: bool = True):
         from .._array._leases import live_leases
-        from .._array._workdir import fragment_files, load_fragment
+        from .._array._workdir import fragment_files, load_fragment, superseding
 
         self.pending: dict[str, list[dict[str, Any]]] = {}
-        for path in fragment_files(ledger):
-            records = load_fragment(path)
-            for tid, rec in (records or {}).items():
+        loaded = [records for records in map(load_fragment, fragment_files(ledger)) if records]
+        for records in sorted(loaded, key=superseding):  # in `absorb_fragments`'s order
+            for tid, rec in records.items():
                 self.pending.setdefault(tid, []).append(rec)
         self.leases = live_leases(ledger) if with_leases else []
         self.held = {lease["task_id"]: lease for lease in self.leases}
