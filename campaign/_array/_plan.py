@@ -18,8 +18,8 @@ from .._ledger._busy import check_free
 from .._ledger._driver import Ledger
 from .._ledger._status import RunStatus
 from .._plan import Plan, compare, plan
-from ._shares import share_size
-from ._workdir import overlay, write_task_list
+from ._shares import share_size, write_shares
+from ._workdir import forget_state, overlay, write_task_list
 
 
 @dataclass(frozen=True)
@@ -50,17 +50,21 @@ class PlannedSubmission:
                elements: int | None = None) -> Submission:
         """Write the submission: the new tasks pending (changed items refused, accepted tasks
         kept), the task list the workers claim from (cut into shares for ``elements`` workers,
-        `campaign._array._shares.share_size`), and a ``submitted`` run (with ``job``, and
-        ``requested``: what each element asked Slurm for, `Scheduler.requested`'s form).
+        `campaign._array._shares.share_size`, each share's records in a file of its own,
+        `write_shares`), and a ``submitted`` run (with ``job``, and ``requested``: what each
+        element asked Slurm for, `Scheduler.requested`'s form).
 
         Raises `DriverBusyError` when a driver or array workers took the ledger meanwhile.
         """
         ledger = self._driver
+        forgets = forget_state(ledger.path)  # before the records are read: see write_shares
         ledger.open(resume=self.resume, execution="array")
         try:
             planned = plan(ledger, self.prepared)
-            write_task_list(ledger.path, ledger.run_id, [p.task_id for p in planned.to_run],
-                            share_size(len(planned.to_run), elements))
+            ids = [p.task_id for p in planned.to_run]
+            write_shares(ledger.path, ledger.run_id, ids, share_size(len(ids), elements),
+                         ledger.tasks, forgets)
+            write_task_list(ledger.path, ledger.run_id, ids)
             fields: dict[str, Any] = {"submission": ledger.run_id, "to_run": len(planned.to_run)}
             if job is not None:
                 fields["job"] = job

@@ -25,11 +25,15 @@ import os
 import random
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from .._ledger import _ownership
+from .._ledger._atomic import atomic_write
+from .._ledger._paths import LedgerPaths
+from .._ledger._store import RecordStore
 from ._leases import Leases
 from ._workdir import WorkDir
 
@@ -54,6 +58,42 @@ def share_size(tasks: int, elements: int | None = None) -> int:
 
 def share_name(n: int) -> str:
     return f"s{n:07d}"
+
+
+def items_path(work_root: Path, n: int) -> Path:
+    """``<submission>/items/s<n>.json``: the records of share ``n``'s tasks at submission."""
+    return work_root / "items" / f"{share_name(n)}.json"
+
+
+def write_shares(ledger: Path, submission: str, task_ids: list[str], size: int,
+                 records: RecordStore, forgets: bytes | None) -> None:
+    """What the elements of a submission read instead of the ledger, written once at
+    submission, before its task list: each share's records (task id -> record, as the ledger
+    holds them; ``items/s<n>.json``), then ``shares.json``: the share size, and ``forgets``,
+    the state of ``forgets.json`` noted before the ledger was read (a forget since then makes
+    an element read the ledger itself, campaign/_array/_view.py)."""
+    root = LedgerPaths.of(ledger).work / submission
+    _ownership.make_folder(root / "items", ledger)
+    for n in range(-(-len(task_ids) // size)):
+        parts = []
+        for tid in task_ids[n * size:(n + 1) * size]:
+            data = records.encoded(tid)  # None: unwritable, recorded failed (not to run)
+            if data is not None:
+                parts.append(orjson.dumps(tid) + b":" + data)
+        atomic_write(items_path(root, n), b"{" + b",".join(parts) + b"}")
+    meta = {"size": size, "items": True,
+            "forgets": None if forgets is None else forgets.decode(errors="replace")}
+    atomic_write(root / "shares.json", orjson.dumps(meta))
+
+
+def share_meta(work: WorkDir) -> dict[str, Any]:
+    """``<submission>/shares.json`` ({} where it is missing or not whole: a submission made
+    before shares, or by hand)."""
+    try:
+        meta = _ownership.read_json(work.root / "shares.json", work.ledger)
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 class ShareMarks:
@@ -95,12 +135,9 @@ class Shares:
 
 
 def _size(work: WorkDir, tasks: int) -> int:
-    try:
-        size = _ownership.read_json(work.root / "shares.json", work.ledger)["size"]
-    except (FileNotFoundError, orjson.JSONDecodeError, KeyError, TypeError):
-        return share_size(tasks)  # a submission written before shares: every worker agrees
+    size = share_meta(work).get("size")
     if type(size) is not int or size < 1:
-        return share_size(tasks)
+        return share_size(tasks)  # a submission written before shares: every worker agrees
     return size
 
 

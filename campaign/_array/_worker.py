@@ -5,22 +5,23 @@ Each element of a Slurm job array runs one worker. Workers share nothing but the
 a worker claims a share of the submission's tasks (campaign/_array/_shares.py), and in it each
 task by creating its lease file (campaign/_array/_leases.py); a task is run, recorded in a
 fragment file (campaign/_array/_workdir.py), marked done and released; fragments are merged into
-the ledger every few seconds (skipped while another worker merges) and at the end (unless another
-worker's merge has already applied them). SIGUSR1 (sent by Slurm ``--signal`` before the time
+the ledger every few seconds by one worker at a time, spaced by the merges' own duration, and at
+the end (unless another worker's merge has already applied them; campaign/_array/_merging.py).
+A worker reads the records of the shares it claims, never the whole ledger
+(campaign/_array/_view.py). SIGUSR1 (sent by Slurm ``--signal`` before the time
 limit) and SIGTERM (the limit itself, ``scancel``) stop the worker after recording its running
 task as interrupted and releasing it.
 
 A worker runs the item the ledger holds: it continues a ``latest/`` record, or counts an
 accepted mark, only for the same fingerprint, and when a ``campaign forget`` ran since it read
 the ledger (``forgets.json`` changed) it reads the ledger again under its lock before it runs
-the task it claimed (`_View`).
+the task it claimed (`campaign._array._view.View`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import signal
 import time
 from collections.abc import Callable
@@ -28,30 +29,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import filelock
-
 from schedulers import ErrorInfo, OutcomeKind
 from schedulers._usage import Meter
 
 from .._errors import Interrupted, LedgerError
-from .._ledger import _document, _ownership, _records
+from .._ledger import _ownership, _records
 from .._ledger._atomic import HOST
 from .._ledger._jsonvalue import decode
-from .._ledger._paths import LedgerPaths
 from .._ledger._status import ACCEPTED
 from .._policy import MAX_INTERRUPTIONS, RETRIES, Limits, settle, stopped
 from .._signals import Stop, signals_raise
-from ._leases import FolderMarks, Heartbeat, Leases, exists_fresh
+from ._leases import Heartbeat, Leases
+from ._merging import MergeClock, last_merge
 from ._shares import Picker, Shares
-from ._workdir import (
-    WorkDir,
-    busy_state,
-    check_submission_id,
-    forget_state,
-    merge_fragments,
-    overlay,
-    task_list_path,
-)
+from ._view import View
+from ._workdir import WorkDir, check_submission_id, task_list_path
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +101,8 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
         owner: who this worker is in leases and records (default: the Slurm array element,
             host and pid).
         lease_seconds: a task whose worker stops renewing its lease this long is claimed again.
-        merge_every: seconds between merges of this worker's fragments into the ledger.
+        merge_every: the fewest seconds between this worker's merges of fragments into the
+            ledger (more after slow merges: `campaign._array._merging.MergeClock`).
         retries: runs again at once, up to this many times, a task whose ``fn`` raised.
         max_interruptions: how often a task may be lost before it is recorded failed.
         max_tasks: stop after this many attempts (None: no limit).
@@ -124,11 +117,10 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
     check_submission_id(submission)
     owner = owner or slurm_owner()
     task_ids = _task_ids(ledger, submission)
-    view = _View(ledger)
     work = WorkDir(ledger, submission)
+    view = View(work)
     claims = _Claims(fn, Leases(work, lease_seconds=lease_seconds), owner,
                      Limits(retries, max_interruptions), WorkerSummary())
-    work.expect(view.tasks)
     shares = Shares(work, task_ids, lease_seconds=lease_seconds)
     poll = min(lease_seconds / 4, 2.0)
     picker = Picker(shares, owner, array_share(), poll)
@@ -136,13 +128,7 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
                 len(task_ids), shares.count, submission)
     beat, share_beat = (Heartbeat(claims.leases, lease_seconds / 4),
                         Heartbeat(shares.leases, lease_seconds / 4))
-    merged = time.monotonic()
-
-    def between_tasks() -> None:  # merge every merge_every seconds (skipped while one runs)
-        nonlocal merged
-        if time.monotonic() - merged > merge_every:
-            _merge(ledger, wait=False)
-            merged = time.monotonic()
+    clock = MergeClock(ledger, merge_every)
 
     with beat, share_beat, signals_raise(signal.SIGUSR1, signal.SIGTERM, swallow=True) as stop:
         def halted() -> bool:
@@ -154,7 +140,8 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
             share_beat.lease = share
             ended = False  # an Interrupted out of a task releases the share unended
             try:
-                ended = _run_share(shares.ids(n), claims, view, beat, halted, between_tasks)
+                ended = _run_share(shares.ids(n), view.records(n), claims, view, beat, halted,
+                                   clock.tick)
             finally:
                 share_beat.lease = None
                 shares.leases.release(share, done=ended)
@@ -163,12 +150,13 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
     return _finish(claims, stop, ledger)
 
 
-def _run_share(ids: list[str], claims: _Claims, view: _View, beat: Heartbeat,
-               halted: Callable[[], bool], between_tasks: Callable[[], None]) -> bool:
-    """Run the tasks of a claimed share; True once each has ended (accepted or failed, in this
-    submission), False when the worker stops or another worker holds some of them."""
+def _run_share(ids: list[str], tasks: dict[str, Any], claims: _Claims, view: View,
+               beat: Heartbeat, halted: Callable[[], bool],
+               between_tasks: Callable[[], None]) -> bool:
+    """Run the tasks of a claimed share (``tasks``: their records, `View.records`); True once
+    each has ended (accepted or failed, in this submission), False when the worker stops or
+    another worker holds some of them."""
     work, owner = claims.leases.work, claims.owner
-    tasks = view.tasks
     left = [tid for tid in ids if tid in tasks and tasks[tid]["status"] != ACCEPTED]
     waiting = False
     for tid in left:
@@ -178,10 +166,10 @@ def _run_share(ids: list[str], claims: _Claims, view: _View, beat: Heartbeat,
         if lease is None:  # another worker holds it (if it dies, reclaimed later) or ended it
             waiting = waiting or not work.is_done(tid)
             continue
-        if not view.still_to_run(tid, work):
+        if not view.still_to_run(tid):
             claims.leases.release(lease, done=False)  # forgotten, or ended
             continue
-        tasks = view.tasks
+        tasks = view.whole if view.whole is not None else tasks
         rec = work.newest(tid, tasks[tid])
         if "stolen_from" in lease:
             again = claims.lost(tid, rec, lease)
@@ -205,112 +193,13 @@ def _task_ids(ledger: Path, submission: str) -> list[str]:
                           "`campaign submit`") from None
 
 
-class _View:
-    """The ledger's records as this worker read them (array fragments merged), and the state of
-    ``<ledger>.work/forgets.json`` noted just before: if it has changed since (`stale`), a
-    ``campaign forget`` may have removed a task after we read it, and the records are read
-    again under the ledger's lock (`load`), which every forget holds from its first change to
-    its last. Read without the lock while a forget was under way, they are read again under it
-    at once."""
-
-    def __init__(self, ledger: Path):
-        self.ledger = ledger
-        self.tasks: dict[str, Any] = {}
-        self.state: bytes | None = None
-        self.load(locked=False)
-
-    def load(self, *, locked: bool) -> dict[str, Any]:
-        if locked:
-            with _document.file_lock(self.ledger):
-                self._read()
-            logger.info("a forget changed ledger %s since it was read: read it again",
-                        self.ledger)
-        else:
-            self._read()
-            if busy_state(self.state):
-                self.load(locked=True)
-        return self.tasks
-
-    def _read(self) -> None:
-        self.state = forget_state(self.ledger)  # before the records: see the class's text
-        self.tasks = overlay(_document.read(self.ledger), self.ledger)["tasks"]
-
-    def stale(self) -> bool:
-        return forget_state(self.ledger) != self.state
-
-    def still_to_run(self, tid: str, work: WorkDir) -> bool:
-        """Whether ``tid``, just claimed, is still to run: if a forget ran since we read the
-        ledger (`stale`), the records are read again under the lock first."""
-        if not self.stale():
-            return True
-        tasks = self.load(locked=True)
-        work.expect(tasks)
-        return tid in tasks and tasks[tid]["status"] != ACCEPTED and not work.is_done(tid)
-
-
 def _finish(claims: _Claims, stop: Stop, ledger: Path) -> WorkerSummary:
     summary = claims.summary
     summary.stopped_by = stop.signum
-    _last_merge(ledger, claims.written, claims.owner, claims.leases.lease_seconds)
+    last_merge(ledger, claims.written, claims.owner, claims.leases.lease_seconds)
     logger.info("worker stops: ran %d (%d accepted, %d failed, %d interrupted)", summary.ran,
                 summary.accepted, summary.failed, summary.interrupted)
     return summary
-
-
-def _merge(ledger: Path, *, wait: bool = True) -> None:
-    """Merge the fragments into the ledger. ``wait=False`` (the merges between tasks): not
-    while another process holds the ledger's lock; it is merging, and that merge or a later one
-    (at the latest this worker's last, which waits) applies ours. Many workers waiting on the
-    lock would spend their time polling it instead of running tasks."""
-    if not wait and _lock_busy(ledger):
-        return
-    try:
-        merge_fragments(ledger)
-    except Exception as exc:  # noqa: BLE001 -- the fragments stay; a later merge applies them
-        logger.warning("merging fragments into %s failed (%s); they stay for later", ledger, exc)
-
-
-def _last_merge(ledger: Path, written: list[Path], owner: dict[str, Any],
-                lease_seconds: float) -> None:
-    """Merge until this worker's fragments are in the ledger: done once the newest is gone (a
-    merge removes a fragment only once the ledger holds its records, and the merge that applied
-    the newest applied the older ones, there before it) or once we merged ourselves. One
-    ending worker merges at a time: the one holding the merge turn, a lease in
-    ``<ledger>.work/merging/`` (taken over once its holder stops renewing it); the others look
-    again a little later, one lookup each, instead of queueing on the ledger's lock for a merge
-    each of every fragment."""
-    if not written:
-        return
-    newest = written[-1]
-    turns = Leases(FolderMarks(LedgerPaths.of(ledger).work / "merging", ledger),
-                   lease_seconds=lease_seconds, key=str)
-    deadline = time.monotonic() + _document.LOCK_TIMEOUT
-    while exists_fresh(newest):
-        if time.monotonic() > deadline:
-            _merge(ledger)
-            return
-        turn = turns.claim("merge", owner)
-        if turn is not None:
-            try:
-                if exists_fresh(newest):
-                    _merge(ledger)
-            finally:
-                turns.release(turn, done=False)
-            return
-        time.sleep(random.uniform(0.05, 0.5))
-    written.clear()
-
-
-def _lock_busy(ledger: Path) -> bool:
-    probe = _document.file_lock(ledger)
-    try:
-        probe.acquire(blocking=False)
-    except filelock.Timeout:
-        return True
-    except OSError:
-        return False  # the merge reports it
-    probe.release()
-    return False
 
 
 @dataclass

@@ -38,7 +38,13 @@ def run_array(tmp_path: Path, items: list[dict], elements: int = 2) -> list[str]
         spec.write_text(f'target = "{TASK}:run"\nitems = "items.json"\nledger = "ledger.json"\n')
         (tmp_path / "items.json").write_text("[]")
     sub = plan_submission(items, ledger_path=tmp_path / "ledger.json").record()
-    sid = sub.id
+    run_workers(tmp_path, sub.id, elements)
+    return [p.task_id for p in sub.plan.to_run]
+
+
+def run_workers(tmp_path: Path, sid: str, elements: int) -> None:
+    """Run submission ``sid`` to its end with ``elements`` workers (`campaign worker`)."""
+    spec = tmp_path / "spec.toml"
     procs = [subprocess.Popen(
         [PYTHON, "-m", "campaign._cli", "worker", str(spec), "--submission", sid,
          "--merge-every", "0.5"],
@@ -47,7 +53,6 @@ def run_array(tmp_path: Path, items: list[dict], elements: int = 2) -> list[str]
     for proc in procs:
         _, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err
-    return [p.task_id for p in sub.plan.to_run]
 
 
 def campaign(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -109,6 +114,21 @@ def test_the_worker_runs_the_fixed_item_after_a_forget(tmp_path, marks):
     assert rec["status"] == "accepted", rec
     assert rec["result"]["x2"] == 40
     assert calls(marks, "t02") == ["2", "20"]  # the old item once, the fixed one once
+
+
+def test_a_task_forgotten_after_its_submission_is_never_run_by_its_workers(tmp_path, marks):
+    """The submission wrote its records (each share's file) before the forget: its workers see
+    that ``forgets.json`` changed since, and run from the ledger, which no longer has it."""
+    ledger = tmp_path / "ledger.json"
+    run_array(tmp_path, [])  # the spec, and an empty submission
+    sid = plan_submission(items_for(marks, 4), ledger_path=ledger).record().id
+    proc = campaign("forget", "ledger.json", "t01", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_workers(tmp_path, sid, 2)
+    tasks = read_ledger(ledger)["tasks"]
+    assert sorted(tasks) == ["t00", "t02", "t03"], tasks
+    assert {r["status"] for r in tasks.values()} == {"accepted"}
+    assert calls(marks, "t01") == []
 
 
 def test_a_task_an_array_worker_runs_now_is_refused(tmp_path, marks):
