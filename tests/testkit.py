@@ -1,5 +1,5 @@
-"""What the tests share: paths, child-process environments, `require` for real components, and
-`wait_until` for a condition another process brings about.
+"""What the tests share: paths, child-process environments, `require` for real components,
+`wait_until` for a condition another process brings about, and `in_threads`.
 
 Imported by test modules as ``from testkit import ...`` (tests/conftest.py puts this folder on
 ``sys.path``), so that the conftest files of sub-folders never shadow it.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,3 +58,22 @@ def wait_until(check: Callable[[], T], what: str, *, timeout: float = PATIENCE,
         if time.monotonic() > deadline:
             pytest.fail(f"still waiting after {timeout:.0f} s for {what}")
         time.sleep(interval)
+
+
+def in_threads(target: Callable[[int], object], count: int) -> list[BaseException]:
+    """Run ``target(0)`` .. ``target(count - 1)`` each in its own thread, all at once; return
+    what they raised (the test asserts it is empty, so a thread's failure is never lost)."""
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            target(index)
+        except BaseException as exc:  # noqa: BLE001 -- returned to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from testkit import PYTHON, child_env, wait_until
+from testkit import PYTHON, child_env, in_threads, wait_until
 
 from campaign import read_ledger
 from campaign._array._plan import plan_submission
@@ -67,7 +67,6 @@ def assert_each_ran_once(ledger: Path, ran: list[str]) -> None:
 def test_claimers_in_threads_run_each_task_once(tmp_path):
     ledger, submission = submit(tmp_path)
     ran: list[str] = []
-    errors: list[BaseException] = []
     start = threading.Barrier(CLAIMERS)
 
     def note(item: dict) -> dict:
@@ -78,16 +77,9 @@ def test_claimers_in_threads_run_each_task_once(tmp_path):
         owner = {"worker": f"w{index}", "job": None, "array_task": None, "host": "here",
                  "pid": index}
         start.wait()
-        try:
-            run_worker(note, ledger, submission, owner=owner, merge_every=3600.0)
-        except BaseException as exc:  # noqa: BLE001 (shown by the assertion below)
-            errors.append(exc)
+        run_worker(note, ledger, submission, owner=owner, merge_every=3600.0)
 
-    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(CLAIMERS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = in_threads(claimer, CLAIMERS)
     assert not errors, errors
     assert_each_ran_once(ledger, ran)
 

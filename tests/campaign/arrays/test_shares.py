@@ -18,6 +18,7 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from testkit import in_threads
 
 from campaign._array import _shares
 from campaign._array._shares import Picker, Shares, share_name, share_size
@@ -81,31 +82,23 @@ def test_elements_claim_each_share_once_and_hold_it_alone(tmp_path, elements, ta
     holding: Counter[int] = Counter()
     mutex = threading.Lock()
     costs: list[Counter[str]] = []
-    errors: list[BaseException] = []
 
     def element(i: int) -> None:
-        try:
-            shares = Shares(work, ids, lease_seconds=60.0)
-            costs.append(counting(shares))
-            picker = Picker(shares, dict(OWNER, worker=f"w{i}"), (i, elements), poll=0.05)
-            while (got := picker.claim(lambda: False)) is not None:
-                n, lease = got
-                with mutex:
-                    holding[n] += 1
-                    assert holding[n] == 1, f"share {n} held twice at once"
-                    claimed.append((i, n))
-                time.sleep(0.001)  # its tasks
-                with mutex:
-                    holding[n] -= 1
-                shares.leases.release(lease, done=True)
-        except BaseException as exc:  # noqa: BLE001 -- reported by the test
-            errors.append(exc)
+        shares = Shares(work, ids, lease_seconds=60.0)
+        costs.append(counting(shares))
+        picker = Picker(shares, dict(OWNER, worker=f"w{i}"), (i, elements), poll=0.05)
+        while (got := picker.claim(lambda: False)) is not None:
+            n, lease = got
+            with mutex:
+                holding[n] += 1
+                assert holding[n] == 1, f"share {n} held twice at once"
+                claimed.append((i, n))
+            time.sleep(0.001)  # its tasks
+            with mutex:
+                holding[n] -= 1
+            shares.leases.release(lease, done=True)
 
-    threads = [threading.Thread(target=element, args=(i,)) for i in range(elements)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = in_threads(element, elements)
     assert not errors, errors
     count = Shares(work, ids, lease_seconds=60.0).count
     assert sorted(n for _, n in claimed) == list(range(count))  # each share ended once
