@@ -17,6 +17,7 @@ import logging
 import random
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +40,19 @@ SPACING = 9.0
 class MergeClock:
     """When this element merges between tasks (see the module's text)."""
 
-    def __init__(self, ledger: Path, every: float):
-        self.ledger, self.every = ledger, every
+    def __init__(self, ledger: Path, every: float, *,
+                 now: Callable[[], float] = time.monotonic):
+        self.ledger, self.every, self.now = ledger, every, now
         self.path = LedgerPaths.of(ledger).work / "merged.json"
         self.seen = self._read()
-        self.since = time.monotonic()  # when this element last saw a merge (or began)
+        self.since = now()  # when this element last saw a merge (or began)
 
     def tick(self) -> None:
         """Merge now if a merge is due (`due`), and note it for the other elements."""
         if not self.due():
             return
         took = merge(self.ledger, wait=False)
-        self.since = time.monotonic()
+        self.since = self.now()
         if took is not None:
             stamp = orjson.dumps({"took": took, "token": secrets.token_hex(6)})
             try:
@@ -63,7 +65,7 @@ class MergeClock:
     def due(self) -> bool:
         """Whether this element merges now: ``every`` seconds since it last merged or saw a
         merge, and SPACING times the last merge's duration."""
-        now = time.monotonic()
+        now = self.now()
         if now - self.since < self.every:
             return False  # no look at the file: one read every ``every`` seconds at most
         stamp = self._read()
