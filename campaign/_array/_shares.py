@@ -30,12 +30,13 @@ from typing import Any
 
 import orjson
 
+from .._errors import LedgerError
 from .._ledger import _ownership
 from .._ledger._atomic import atomic_write
 from .._ledger._paths import LedgerPaths
 from .._ledger._store import RecordStore
 from ._leases import Leases
-from ._workdir import WorkDir
+from ._workdir import WorkDir, task_list_path
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def write_shares(ledger: Path, submission: str, task_ids: list[str], size: int,
             if data is not None:
                 parts.append(orjson.dumps(tid) + b":" + data)
         atomic_write(items_path(root, n), b"{" + b",".join(parts) + b"}")
-    meta = {"size": size, "items": True,
+    meta = {"size": size, "count": -(-len(task_ids) // size), "items": True,
             "forgets": None if forgets is None else forgets.decode(errors="replace")}
     atomic_write(root / "shares.json", orjson.dumps(meta))
 
@@ -111,17 +112,45 @@ class ShareMarks:
 
 
 class Shares:
-    """The shares of one submission's task list, and their leases."""
+    """The shares of one submission's task list, and their leases.
 
-    def __init__(self, work: WorkDir, task_ids: list[str], *, lease_seconds: float):
-        self.task_ids = task_ids
-        self.size = _size(work, len(task_ids))
-        self.count = -(-len(task_ids) // self.size)
+    ``task_ids`` None: the count comes from ``shares.json`` and each share's ids and records
+    from its own file (`records`), so that an element never reads the whole task list; the
+    list is read only where those files are missing (a submission made before them)."""
+
+    def __init__(self, work: WorkDir, task_ids: list[str] | None, *, lease_seconds: float):
+        self.work = work
+        count = share_meta(work).get("count") if task_ids is None else None
+        self.task_ids: list[str] | None
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            self.task_ids, self.size, self.count = None, _size(work, 0), count
+        else:
+            ids = read_task_list(work) if task_ids is None else task_ids
+            self.task_ids, self.size = ids, _size(work, len(ids))
+            self.count = -(-len(ids) // self.size)
         self.marks = ShareMarks(work)
         self.leases = Leases(self.marks, lease_seconds=lease_seconds, key=str)
+        self._records: tuple[int, dict[str, Any] | None] | None = None
 
     def ids(self, n: int) -> list[str]:
+        if self.task_ids is None:
+            records = self.records(n)
+            if records is not None:
+                return list(records)
+            self.task_ids = read_task_list(self.work)
         return self.task_ids[n * self.size:(n + 1) * self.size]
+
+    def records(self, n: int) -> dict[str, Any] | None:
+        """Task id -> record of share ``n``'s tasks as the submission wrote them
+        (`write_shares`), or None where its file is missing or not whole."""
+        if self._records is None or self._records[0] != n:
+            path = items_path(self.work.root, n)
+            try:
+                records = _ownership.read_json(path, self.work.ledger)
+            except (FileNotFoundError, orjson.JSONDecodeError):
+                records = None
+            self._records = (n, records if isinstance(records, dict) else None)
+        return self._records[1]
 
     def listing(self) -> tuple[set[int], set[int]]:
         """(the shares ended, the shares whose lease file exists), from one listing."""
@@ -132,6 +161,16 @@ class Shares:
             if match is not None:
                 (ended if match[2] == "done" else held).add(int(match[1]))
         return ended, held - ended
+
+
+def read_task_list(work: WorkDir) -> list[str]:
+    """The submission's task ids, in the order `submit_array` wrote them."""
+    path = task_list_path(work.ledger, work.submission)
+    try:
+        return _ownership.read_json(path, work.ledger)
+    except FileNotFoundError:
+        raise LedgerError(f"ledger {work.ledger} has no submission {work.submission!r} (no "
+                          f"{path}); submit it with `campaign submit`") from None
 
 
 def _size(work: WorkDir, tasks: int) -> int:

@@ -18,12 +18,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
-from .._ledger import _document, _ownership
+from .._ledger import _document
 from .._ledger._status import ACCEPTED
-from ._shares import items_path, share_meta
-from ._workdir import WorkDir, busy_state, forget_state, overlay
+from ._shares import Shares, items_path, share_meta
+from ._workdir import busy_state, forget_state, overlay
 
 logger = logging.getLogger(__name__)
 
@@ -32,11 +30,11 @@ class View:
     """The records of one submission's tasks as this worker read them, and the state of
     ``forgets.json`` noted before they were read (see the module's text)."""
 
-    def __init__(self, work: WorkDir):
-        self.work = work
+    def __init__(self, shares: Shares):
+        self.shares = shares
+        self.work = work = shares.work
         self.ledger = work.ledger
         self.whole: dict[str, Any] | None = None  # the ledger's records, once read
-        self._share: tuple[int, dict[str, Any]] | None = None
         meta = share_meta(work)
         if meta.get("items") is True:
             forgets = meta.get("forgets")
@@ -51,16 +49,11 @@ class View:
         """Task id -> record for the tasks of share ``n`` (the whole ledger's, once read)."""
         if self.whole is not None:
             return self.whole
-        if self._share is not None and self._share[0] == n:
-            return self._share[1]
-        path = items_path(self.work.root, n)
-        try:
-            records = _ownership.read_json(path, self.ledger)
-        except (FileNotFoundError, orjson.JSONDecodeError):
+        records = self.shares.records(n)
+        if records is None:
             logger.warning("share records %s are missing or not whole: reading ledger %s "
-                           "instead", path, self.ledger)
+                           "instead", items_path(self.work.root, n), self.ledger)
             return self.load(locked=False)
-        self._share = (n, records)
         self.work.expect(records)
         return records
 

@@ -32,8 +32,8 @@ from typing import Any
 from schedulers import ErrorInfo, OutcomeKind
 from schedulers._usage import Meter
 
-from .._errors import Interrupted, LedgerError
-from .._ledger import _ownership, _records
+from .._errors import Interrupted
+from .._ledger import _records
 from .._ledger._atomic import HOST
 from .._ledger._jsonvalue import decode
 from .._ledger._status import ACCEPTED
@@ -41,7 +41,7 @@ from .._policy import MAX_INTERRUPTIONS, RETRIES, Limits, settle, stopped
 from .._signals import Stop, signals_raise
 from ._leases import Heartbeat, Leases
 from ._merging import MergeClock, last_merge
-from ._shares import Picker, Shares
+from ._shares import Picker, Shares, read_task_list
 from ._view import View
 from ._workdir import WorkDir, check_submission_id, task_list_path
 
@@ -116,16 +116,17 @@ def run_worker(fn: Callable[[Any], Any], ledger: str | os.PathLike[str], submiss
     ledger = Path(ledger)
     check_submission_id(submission)
     owner = owner or slurm_owner()
-    task_ids = _task_ids(ledger, submission)
     work = WorkDir(ledger, submission)
-    view = View(work)
+    if not task_list_path(ledger, submission).exists():
+        read_task_list(work)  # raises: no such submission
+    shares = Shares(work, None, lease_seconds=lease_seconds)
+    view = View(shares)
     claims = _Claims(fn, Leases(work, lease_seconds=lease_seconds), owner,
                      Limits(retries, max_interruptions), WorkerSummary())
-    shares = Shares(work, task_ids, lease_seconds=lease_seconds)
     poll = min(lease_seconds / 4, 2.0)
     picker = Picker(shares, owner, array_share(), poll)
-    logger.info("worker %s: %d tasks in %d shares of submission %s", owner["worker"],
-                len(task_ids), shares.count, submission)
+    logger.info("worker %s: %d shares of submission %s", owner["worker"], shares.count,
+                submission)
     beat, share_beat = (Heartbeat(claims.leases, lease_seconds / 4),
                         Heartbeat(shares.leases, lease_seconds / 4))
     clock = MergeClock(ledger, merge_every)
@@ -181,16 +182,6 @@ def _run_share(ids: list[str], tasks: dict[str, Any], claims: _Claims, view: Vie
         beat.lease = None
         between_tasks()
     return not waiting and not halted()
-
-
-def _task_ids(ledger: Path, submission: str) -> list[str]:
-    """The submission's task ids, in the order `submit_array` wrote them."""
-    try:
-        return _ownership.read_json(task_list_path(ledger, submission), ledger)
-    except FileNotFoundError:
-        raise LedgerError(f"ledger {ledger} has no submission {submission!r} (no "
-                          f"{task_list_path(ledger, submission)}); submit it with "
-                          "`campaign submit`") from None
 
 
 def _finish(claims: _Claims, stop: Stop, ledger: Path) -> WorkerSummary:

@@ -3,8 +3,8 @@
 
 Checked with real submissions and workers: each share's file holds the records the ledger holds
 for that share's tasks, in the task list's order; a worker runs a submission to its end without
-reading the ledger (its reader made to fail); a submission made before share records existed is
-run from the ledger. A forget between the submission and its workers is in
+reading the ledger or the task list (their readers made to fail); a submission made before
+share records existed, or one with a share file missing, is run from the ledger. A forget between the submission and its workers is in
 tests/faults/test_forget_arrays.py.
 """
 
@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from campaign import read_ledger, run_worker
-from campaign._array import _view
+from campaign._array import _shares, _view
 from campaign._array._plan import plan_submission
 from campaign._array._shares import items_path, share_meta
 from campaign._array._workdir import WorkDir, task_list_path
@@ -47,13 +47,15 @@ def test_each_share_file_holds_the_ledgers_records_of_its_tasks_in_order(tmp_pat
     assert len(list((work.root / "items").iterdir())) == count
 
 
-def test_a_worker_runs_its_submission_without_reading_the_ledger(tmp_path, monkeypatch):
+def test_a_worker_runs_its_submission_without_reading_the_ledger_or_the_task_list(
+        tmp_path, monkeypatch):
     work, ids = submit(tmp_path, 300, 2)
 
     def no_ledger(*args, **kwargs):
-        raise AssertionError("an element read the whole ledger")
+        raise AssertionError("an element read the whole ledger or the whole task list")
 
     monkeypatch.setattr(_view, "overlay", no_ledger)
+    monkeypatch.setattr(_shares, "read_task_list", no_ledger)
     ran: list[str] = []
     summary = run_worker(lambda item: ran.append(item["task_id"]) or {"x": item["x"]},
                          work.ledger, work.submission, owner=OWNER, merge_every=3600.0)
