@@ -14,7 +14,8 @@ each place and element count it prints:
   every task accepted after one attempt: the run fails otherwise);
 - ledger bytes written per task: the whole file rewritten at each of the elements' merges
   (`campaign._ledger._update.update`, wrapped to add the file's size after each);
-- peak RSS per element (the largest ``ru_maxrss``);
+- RSS per element: the median and the largest ``ru_maxrss`` (an element that merged held the
+  whole ledger for it; the others hold their shares);
 - with ``--count-calls``, file-system calls per task: a second run of the same size under
   ``strace -f -y``, counting the calls that name a path or a descriptor under the ledger's
   folder, less an element's calls over an empty submission (its start-up), per task.
@@ -33,6 +34,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -140,7 +142,8 @@ def run(where: str, tasks: int, count: int) -> dict[str, Any]:
                 "twice": sum(1 for n in runs.values() if n > 1),
                 "missing": tasks - len(runs), "bad": bad,
                 "written": sum(r["written"] for r in results) / tasks,
-                "rss": max(r["rss"] for r in results)}
+                "rss": max(r["rss"] for r in results),
+                "rss_median": statistics.median(r["rss"] for r in results)}
 
 
 def calls(where: str, tasks: int, count: int) -> float:
@@ -168,7 +171,7 @@ def main() -> int:
     counts = [int(x) for x in args.elements.split(",")]
     ok = True
     print(f"{'where':6} {'tasks':>7} {'elements':>8} {'wall s':>8} {'ratio':>6} {'claims/s':>9} "
-          f"{'twice':>5} {'missing':>7} {'ledger B/task':>13} {'peak RSS MB':>11}"
+          f"{'twice':>5} {'missing':>7} {'ledger B/task':>13} {'RSS MB median':>13} {'peak':>5}"
           + (f" {'calls/task':>10}" if args.count_calls else ""), flush=True)
     for where in args.where.split(","):
         for tasks in (int(x) for x in args.tasks.split(",")):
@@ -179,7 +182,8 @@ def main() -> int:
                 ok &= r["twice"] == 0 and r["missing"] == 0 and r["bad"] == 0
                 line = (f"{where:6} {tasks:7d} {count:8d} {r['wall']:8.1f} "
                         f"{r['wall'] / first:6.2f} {tasks / r['wall']:9.0f} {r['twice']:5d} "
-                        f"{r['missing']:7d} {r['written']:13.0f} {r['rss'] / 1e6:11.0f}")
+                        f"{r['missing']:7d} {r['written']:13.0f} "
+                        f"{r['rss_median'] / 1e6:13.0f} {r['rss'] / 1e6:5.0f}")
                 if args.count_calls:
                     line += f" {calls(where, tasks, count):10.1f}"
                 print(line + ("" if r["bad"] == 0 else f"  ({r['bad']} records not accepted "

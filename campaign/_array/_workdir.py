@@ -12,8 +12,11 @@ Beside the ledger ``L``, ``L.work/`` holds what all submissions share and one fo
 - ``forgets.json`` (shared): changed by every ``campaign forget`` (`forgetting`), so that a
   worker whose view of the ledger predates a forget reads it again (`forget_state`).
 - ``<submission>/tasks.json``: the task ids the submission's workers claim from.
-- ``<submission>/shares.json`` and ``<submission>/shares/``: the size of the shares the task list
-  is cut into, and each share's lease and end mark (campaign/_array/_shares.py).
+- ``<submission>/shares.json``, ``<submission>/items/`` and ``<submission>/shares/``: the size
+  of the shares the task list is cut into, each share's records as the submission read them,
+  and each share's lease and end mark (campaign/_array/_shares.py, campaign/_array/_view.py).
+- ``merging/`` and ``merged.json`` (shared): the merge turn of ending workers, and the duration
+  of the last merge between tasks (campaign/_array/_merging.py).
 - ``<submission>/done/<key>``: the task ended (accepted or failed) in this submission: nobody
   claims it again in it.
 - ``<submission>/lost/<key>``: how many times this submission lost the task (its worker died

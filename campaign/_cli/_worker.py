@@ -19,7 +19,9 @@ from ._target import load_target
               metavar="SECONDS",
               help="A task whose worker stops renewing its lease for this long is claimed again.")
 @click.option("--merge-every", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              metavar="SECONDS", help="Merge this worker's records into the ledger this often.")
+              metavar="SECONDS",
+              help="Merge the workers' records into the ledger about this often (all workers "
+                   "together).")
 @verbose_option
 @with_errors
 def worker_command(spec: str, submission: str, lease_seconds: float, merge_every: float) -> int:
