@@ -172,6 +172,9 @@ def _run_share(ids: list[str], tasks: dict[str, Any], claims: _Claims, view: Vie
             continue
         tasks = view.whole if view.whole is not None else tasks
         rec = work.newest(tid, tasks[tid])
+        if rec["status"] == ACCEPTED:  # its worker died after its fragment, before its marks
+            claims.leases.release(lease, done=True, accepted=True)
+            continue
         if "stolen_from" in lease:
             again = claims.lost(tid, rec, lease)
             if again is None:

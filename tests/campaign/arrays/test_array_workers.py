@@ -1,6 +1,6 @@
 """Array workers (`campaign worker`) sharing one ledger by leases and fragments, run as real
-processes: all tasks accepted once, a SIGKILLed worker's task reclaimed after its lease expires,
-SIGUSR1/SIGTERM release the running task as interrupted.
+processes: all tasks accepted once, a SIGKILLed worker's task, and the rest of its share, reclaimed
+after their leases expire, SIGUSR1/SIGTERM release the running task as interrupted.
 
 A worker that must hold a task when the test kills or signals it runs one that never ends
 (``hang_in``), and workers that must all take part wait for each other (``together``): what the
@@ -25,7 +25,8 @@ from campaign._ledger._paths import LedgerPaths
 TASK = ROOT / "tests" / "array_data" / "array_task.py"
 
 
-def setup(tmp_path: Path, n: int, sleep: float, **extra) -> tuple[Path, Path, str]:
+def setup(tmp_path: Path, n: int, sleep: float, elements: int | None = None,
+          **extra) -> tuple[Path, Path, str]:
     marks = tmp_path / "marks"
     marks.mkdir()
     ledger = tmp_path / "ledger.json"
@@ -34,7 +35,7 @@ def setup(tmp_path: Path, n: int, sleep: float, **extra) -> tuple[Path, Path, st
     (tmp_path / "items.json").write_text("[]")
     items = [{"task_id": f"t{i:03d}", "x": i, "sleep": sleep, "marks": str(marks), **extra}
              for i in range(n)]
-    sub = plan_submission(items, ledger_path=ledger).record()
+    sub = plan_submission(items, ledger_path=ledger).record(elements=elements)
     assert len(sub.plan.to_run) == n
     return ledger, spec, sub.id
 
@@ -109,6 +110,34 @@ def test_a_killed_workers_task_is_reclaimed_after_its_lease_expires(tmp_path):
     # the reclaimed run began only after the dead worker's lease had expired
     first, second = sorted(runs[lost[0]], key=lambda r: r[1])
     assert first[0] == "0" and second[1] >= expired
+
+
+def test_a_killed_elements_share_finishes_elsewhere_after_its_lease_expires(tmp_path):
+    """Shares of 5 tasks (one element planned): element 0 is killed in the first task of its
+    share; the others take the share over once its lease expires and run its other tasks, each
+    once, never before."""
+    ledger, spec, sid = setup(tmp_path, 40, 0.01, elements=1, hang_in="0")
+    marks, work = tmp_path / "marks", LedgerPaths.of(ledger).work / sid
+    assert orjson.loads((work / "shares.json").read_bytes())["size"] == 5
+    victim = start_worker(spec, sid, 0, lease=1.5)
+    wait_until(lambda: began_a_task(marks, "0"), "worker 0 to begin a task")
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    (share,) = [p for p in (work / "shares").glob("*.json")
+                if orjson.loads(p.read_bytes())["owner"]["worker"] == "777_0"]
+    expired = orjson.loads(share.read_bytes())["expires"]
+    ids = list(orjson.loads((work / "items" / share.name).read_bytes()))
+    finish([start_worker(spec, sid, i, lease=1.5) for i in (1, 2)])
+    tasks = read_ledger(ledger)["tasks"]
+    assert len(tasks) == 40 and all(rec["status"] == "accepted" for rec in tasks.values())
+    runs = runs_of(marks)
+    (held,) = [tid for tid in ids if any(w == "0" for w, _ in runs[tid])]
+    assert tasks[held]["interruptions"] == 1 and len(runs[held]) == 2
+    for tid in ids:
+        later = [r for r in runs[tid] if r[0] != "0"]
+        assert len(later) == 1 and later[0][1] >= expired, (tid, runs[tid])
+    assert all(len(runs[tid]) == 1 for tid in tasks if tid != held)
+    assert (work / "shares" / share.name.replace(".json", ".done")).exists()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])

@@ -77,3 +77,30 @@ def test_without_share_records_a_worker_reads_the_ledger(tmp_path, damage):
                owner=OWNER, merge_every=3600.0)
     assert sorted(ran) == ids
     assert {r["status"] for r in read_ledger(work.ledger)["tasks"].values()} == {"accepted"}
+
+
+def test_a_task_whose_worker_died_after_its_fragment_is_not_run_again(tmp_path, monkeypatch):
+    """The first worker dies between a task's fragment and its done marks (the ledger does not
+    have the record yet, its share's file says pending): the next worker takes the task's
+    lease over once expired, finds the accepted record in ``latest/`` and does not run it."""
+    work, ids = submit(tmp_path, 20, 1)
+
+    class Killed(BaseException):
+        pass
+
+    def die(self, task_id, *, accepted):
+        raise Killed
+
+    monkeypatch.setattr(WorkDir, "mark_done", die)
+    first: list[str] = []
+    with pytest.raises(Killed):
+        run_worker(lambda item: first.append(item["task_id"]) or {}, work.ledger,
+                   work.submission, owner=OWNER, lease_seconds=0.5, merge_every=3600.0)
+    monkeypatch.undo()
+    (died_in,) = first
+    then: list[str] = []
+    run_worker(lambda item: then.append(item["task_id"]) or {}, work.ledger, work.submission,
+               owner=dict(OWNER, worker="w2"), lease_seconds=0.5, merge_every=3600.0)
+    assert sorted(then) == sorted(set(ids) - {died_in})
+    rec = read_ledger(work.ledger)["tasks"][died_in]
+    assert rec["status"] == "accepted" and rec["attempts"] == 1 and not rec["interruptions"]
