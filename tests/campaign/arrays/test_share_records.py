@@ -4,8 +4,8 @@
 Checked with real submissions and workers: each share's file holds the records the ledger holds
 for that share's tasks, in the task list's order; a worker runs a submission to its end without
 reading the ledger or the task list (their readers made to fail); a submission made before
-share records existed, or one with a share file missing, is run from the ledger. A forget between the submission and its workers is in
-tests/faults/test_forget_arrays.py.
+share records existed, or one with a share file missing, is run from the ledger. A forget
+between the submission and its workers is in tests/faults/test_forget_arrays.py.
 """
 
 from __future__ import annotations
