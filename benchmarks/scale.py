@@ -12,7 +12,10 @@ For each size, in the same run, each step in a fresh subprocess (its own peak me
 - resume after the kill: ``checkpointed_map`` again on that killed ledger (its journal beside
   it, tasks left running): time, tasks run, peak driver RSS;
 - no-op resume: ``checkpointed_map`` again on the finished ledger: time, rewrites, bytes;
-- ``campaign status`` on the finished ledger: wall and CPU time, peak RSS.
+- ``campaign status`` on the finished ledger: wall and CPU time, peak RSS;
+- the floor: orjson's own read and parse of the finished file (the median of three, in this
+  process), and each time above as a ratio to it: absolute seconds differ between machines, the
+  ratios much less.
 
 Then the array figures: planning a submission of ``--array-tasks`` tasks
 (`plan_submission(...).record()`), ``--claimers`` claim loops (`WorkDir.claim` /
@@ -283,11 +286,25 @@ def _mb(b: float) -> str:
     return f"{b / 1e6:.0f} MB" if b < 1e9 else f"{b / 1e9:.2f} GB"
 
 
+def floor(ledger: Path) -> float:
+    """Seconds orjson takes to read and parse ``ledger`` (the median of three)."""
+    times = []
+    for _ in range(3):
+        begun = time.perf_counter()
+        orjson.loads(ledger.read_bytes())
+        times.append(time.perf_counter() - begun)
+    return sorted(times)[1]
+
+
 def one_size(n: int, folder: Path, rng: random.Random) -> None:
     ledger = folder / f"run-{n}.json"
     first = drive(n, ledger)
+    base = floor(ledger)
+    print(f"[{n}] floor: orjson reads and parses the finished {_mb(first['size'])} file in "
+          f"{base:.2f} s", flush=True)
     print(f"[{n}] first run: {first['wall']:.1f} s ({first['wall'] / n * 1e6:.1f} us/task, "
-          f"CPU {first['cpu']:.1f} s), peak driver RSS {_mb(first['rss'])}, ledger "
+          f"CPU {first['cpu']:.1f} s = {first['cpu'] / n * 1e6:.1f} us/task, "
+          f"{first['wall'] / base:.1f}x the floor), peak driver RSS {_mb(first['rss'])}, ledger "
           f"{_mb(first['size'])}, written {first['bytes'] / n:.0f} bytes/task in "
           f"{first['writes']} writes ({first['compactions']} whole-file rewrites)", flush=True)
     after = rng.uniform(0.3, 0.8) * first["wall"]
@@ -303,20 +320,23 @@ def one_size(n: int, folder: Path, rng: random.Random) -> None:
           flush=True)
     resumed = drive(n, folder / f"crash-{n}.json")
     print(f"[{n}] resume after the SIGKILL: {resumed['wall']:.1f} s (CPU {resumed['cpu']:.1f} "
-          f"s), {resumed['ran']} tasks run, {crashed['accepted_on_disk']} kept, peak driver RSS "
+          f"s, {resumed['wall'] / base:.2f}x the floor), {resumed['ran']} tasks run, "
+          f"{crashed['accepted_on_disk']} kept, peak driver RSS "
           f"{_mb(resumed['rss'])}, {resumed['compactions']} whole-file rewrites",
           flush=True)
     again = drive(n, ledger)
-    print(f"[{n}] no-op resume: {again['wall']:.2f} s (CPU {again['cpu']:.1f} s), "
+    print(f"[{n}] no-op resume: {again['wall']:.2f} s (CPU {again['cpu']:.1f} s, "
+          f"{again['wall'] / base:.2f}x the floor), "
           f"{again['compactions']} whole-file rewrites, {_mb(again['bytes'])} written, "
           f"peak RSS {_mb(again['rss'])}", flush=True)
-    print_status(ledger, str(n))
+    print_status(ledger, str(n), base)
 
 
-def print_status(ledger: Path, label: str) -> None:
+def print_status(ledger: Path, label: str, base: float | None = None) -> None:
     got = status(ledger)
-    print(f"[{label}] campaign status: {got['wall']:.2f} s wall, CPU {got['cpu']:.2f} s, peak RSS "
-          f"{_mb(got['rss'])}", flush=True)
+    ratio = "" if base is None else f" ({got['wall'] / base:.2f}x the floor)"
+    print(f"[{label}] campaign status: {got['wall']:.2f} s wall{ratio}, CPU {got['cpu']:.2f} s, "
+          f"peak RSS {_mb(got['rss'])}", flush=True)
 
 
 def main() -> None:
