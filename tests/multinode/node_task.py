@@ -6,7 +6,8 @@ the item's ``marks`` folder; ``<host>`` is the node's host name (its UTS namespa
 Item fields: ``marks``, ``x``, ``sleep`` (seconds of work), and optionally ``hosts_together``
 (first wait until tasks have begun on that many hosts, so that every node gets work whatever
 the elements' start-up times) and ``hang_on`` (the host whose runs never end: the test kills
-that node while it holds the task).
+that node while it holds the task; with ``hang_every`` m, only the runs of tasks whose ``x``
+is 1 modulo m: in a share of m consecutive tasks, the second).
 """
 
 import os
@@ -27,7 +28,8 @@ def run(item):
     element = os.environ.get("SLURM_ARRAY_TASK_ID", "?")
     stem = f"{item['task_id']}.{host}.{element}.{os.getpid()}"
     (marks / f"{stem}.{time.time_ns()}.start").touch()
-    if host == item.get("hang_on"):
+    every = item.get("hang_every", 1)
+    if host == item.get("hang_on") and (every == 1 or item["x"] % every == 1):
         while True:  # until the node is killed
             time.sleep(3600)
     deadline = time.monotonic() + _WAIT_SECONDS

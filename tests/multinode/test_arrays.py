@@ -23,6 +23,7 @@ from clusterkit import (
 from testkit import PATIENCE, wait_until
 
 from campaign import read_ledger
+from campaign._array._shares import share_size
 from schedulers import slurm
 
 
@@ -99,3 +100,54 @@ def test_a_node_that_dies_loses_no_task_and_its_attempt_is_recorded_interrupted(
           f"{takeover:.1f} s (lease 3 s); element {lost_element} ended {states[lost_element]}")
     for tid in sorted(tasks):
         print(f"  {tid}: " + ", ".join(f"{a['host']} {a['status']}" for a in attempts(tasks[tid])))
+
+
+@pytest.mark.slow
+def test_a_dead_nodes_share_of_several_tasks_finishes_elsewhere_each_task_once(
+        shared, tmp_path, cluster):
+    """Three elements over 72 tasks: shares of three consecutive tasks. node2 dies running the
+    second task of a share it holds, the first accepted: another element takes the share over
+    once its lease expires and runs the rest of it; the first task is not run again, the held
+    one runs again once, after the kill, recorded interrupted (WorkerLost) then accepted."""
+    assert share_size(72, 3) == 3
+    spec, ledger, marks = make_campaign(shared, tmp_path / "marks", 72, 0.1, lease=3,
+                                        hosts_together=3, hang_on="node2", hang_every=3)
+    job = submit(spec, "--array", "3", "--time", "5:00")
+
+    def hung_on_node2():  # (a run of the first task it began waits for hosts_together)
+        return [tid for tid, rs in runs_of(marks).items()
+                if rs[-1]["host"] == "node2" and rs[-1]["end"] is None and int(tid[1:]) % 3 == 1]
+
+    (held,) = wait_until(hung_on_node2, "node2 to hang in a share", interval=0.05)
+    x = int(held[1:])
+    before, after = f"t{x - 1:03d}", f"t{x + 1:03d}"  # the share's first and third tasks
+    try:
+        killed_at = time.time()
+        kill_node(cluster, "node2")
+        states = wait_for_job(job)
+    finally:
+        run_script(START)  # node2 back (its slurmd restarted, the node resumed)
+    placed = element_nodes(job)
+    lost_element = next(e for e, node in placed.items() if node == "node2")
+    assert states[lost_element] == "NODE_FAIL", states
+
+    tasks = read_ledger(ledger)["tasks"]
+    runs = runs_of(marks)
+    assert len(tasks) == 72 and all(r["status"] == "accepted" for r in tasks.values())
+    assert_never_twice_at_once(runs)
+    assert not [r for rs in runs.values() for r in rs
+                if r["host"] == "node2" and r["start"] > killed_at], "node2 ran after its death"
+    assert [r["host"] for r in runs[before]] == ["node2"]  # accepted before the kill: kept
+    assert tasks[before]["host"] == "node2" and tasks[before]["attempts"] == 1
+    rec = tasks[held]
+    assert runs[held][0]["host"] == "node2" and len(runs[held]) == 2
+    assert runs[held][1]["start"] > killed_at + 3 * 0.75  # not before the lease expired
+    last = rec["history"][-1]
+    assert (last["status"], last["host"], last["worker"]) == ("interrupted", "node2", lost_element)
+    assert last["error"]["type"] == "WorkerLost" and rec["interruptions"] == 1
+    assert rec["host"] in {"node1", "node3"} and rec["worker"] != lost_element
+    assert len(runs[after]) == 1 and tasks[after]["worker"] == rec["worker"]  # the taker's
+    others = {tid: r for tid, r in tasks.items() if tid != held}
+    assert all(not r["interruptions"] and len(runs[tid]) == 1 for tid, r in others.items())
+    print(f"\nnode2 killed holding {held} (its share {before}..{after}); the share finished on "
+          f"{rec['host']} ({rec['worker']}) {runs[held][1]['start'] - killed_at:.1f} s after")
