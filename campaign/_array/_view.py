@@ -3,7 +3,7 @@
 A submission writes each share's records once (`campaign._array._shares.write_shares`), so an
 element reads only the shares it claims, one small file each, never the ledger: what it reads
 and holds does not grow with the submission. What other workers did since is in
-``<ledger>.work/`` (``latest/``, ``accepted/``, ``done/``), read task by task as today.
+``<ledger>.work/`` (``latest/``, ``accepted/``, ``done/``), read task by task.
 
 A ``campaign forget`` may remove a task after the submission wrote its records. The submission
 noted ``forgets.json`` before it read the ledger; once that file differs (`View.stale`), or said
