@@ -31,6 +31,21 @@ def wait_for_job(job: str) -> dict[str, str]:
     return slurm.JobWatcher(job, backoff=slurm.Backoff(0.2, cap=1.0)).wait(timeout=PATIENCE + 60)
 
 
+def kill_node2(cluster, job: str) -> tuple[float, list[int], dict[str, str], str]:
+    """Kill node2 while ``job`` runs, wait for the job, bring node2 back: (the kill's time, the
+    pids killed, each element's end state, the element node2 ran; it ended NODE_FAIL)."""
+    try:
+        killed_at = time.time()
+        killed = kill_node(cluster, "node2")
+        states = wait_for_job(job)
+    finally:
+        run_script(START)  # node2 back (its slurmd restarted, the node resumed)
+    placed = element_nodes(job)
+    lost_element = next(e for e, node in placed.items() if node == "node2")
+    assert states[lost_element] == "NODE_FAIL", states
+    return killed_at, killed, states, lost_element
+
+
 def attempts(rec: dict) -> list[dict]:
     """Every attempt of a task: its history, then the record itself."""
     return [*rec.get("history", []), rec]
@@ -68,15 +83,7 @@ def test_a_node_that_dies_loses_no_task_and_its_attempt_is_recorded_interrupted(
         return [tid for tid, r in runs_of(marks).items() if r[0]["host"] == "node2"]
 
     (held,) = wait_until(held_on_node2, "node2 to begin a task", interval=0.05)
-    try:
-        killed_at = time.time()
-        killed = kill_node(cluster, "node2")
-        states = wait_for_job(job)
-    finally:
-        run_script(START)  # node2 back (its slurmd restarted, the node resumed)
-    placed = element_nodes(job)
-    lost_element = next(e for e, node in placed.items() if node == "node2")
-    assert states[lost_element] == "NODE_FAIL", states
+    killed_at, killed, states, lost_element = kill_node2(cluster, job)
     assert all(s == "COMPLETED" for e, s in states.items() if e != lost_element), states
 
     tasks = read_ledger(ledger)["tasks"]
@@ -121,15 +128,7 @@ def test_a_dead_nodes_share_of_several_tasks_finishes_elsewhere_each_task_once(
     (held,) = wait_until(hung_on_node2, "node2 to hang in a share", interval=0.05)
     x = int(held[1:])
     before, after = f"t{x - 1:03d}", f"t{x + 1:03d}"  # the share's first and third tasks
-    try:
-        killed_at = time.time()
-        kill_node(cluster, "node2")
-        states = wait_for_job(job)
-    finally:
-        run_script(START)  # node2 back (its slurmd restarted, the node resumed)
-    placed = element_nodes(job)
-    lost_element = next(e for e, node in placed.items() if node == "node2")
-    assert states[lost_element] == "NODE_FAIL", states
+    killed_at, _, _, lost_element = kill_node2(cluster, job)
 
     tasks = read_ledger(ledger)["tasks"]
     runs = runs_of(marks)
